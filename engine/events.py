@@ -1,0 +1,176 @@
+"""The one event stream every consumer reads: GUI, CLI, benchmark and tests.
+
+Per round the engine yields a `RoundEvent` first (what was drafted, what was kept, what was
+rejected, times), then one `TokenEvent` per emitted token, and once at the end a `DoneEvent`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class TokenSource(str, Enum):
+    """Where an emitted token came from."""
+
+    ACCEPTED = "accepted"  # proposed by the drafter, confirmed by the target
+    CORRECTION = "correction"  # the target's own token at the first rejected position
+    BONUS = "bonus"  # the target's extra token after a fully accepted draft
+    TARGET = "target"  # no draft this round: plain decoding
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # the model ended its turn (end-of-generation token)
+    LENGTH = "length"  # max_tokens reached
+    CONTEXT_FULL = "context_full"  # no room left in the context window
+    CANCELLED = "cancelled"  # a stop request
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One emitted token."""
+
+    text: str
+    """Text this token completes (UTF-8 safe: may be empty while a character is split)."""
+    token_id: int
+    """Vocabulary id."""
+    source: TokenSource
+    """Accepted draft, correction, bonus or plain target token."""
+    round: int
+    """1-based round that emitted it."""
+    p: float | None
+    """Target probability of the token (sampling distribution; plain softmax when greedy)."""
+    q: float | None
+    """Drafter probability of the token when the drafter proposed it (None otherwise, 1.0 for a lookup draft)."""
+    index: int
+    """0-based position of the token in the reply."""
+
+    type: str = field(default="token", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEvent:
+    """What happened in one draft-verify round; it precedes the round's token events."""
+
+    round: int
+    """1-based round number."""
+    k: int
+    """Draft length asked of the drafter this round (0 = plain decoding)."""
+    drafted: tuple[int, ...]
+    """Token ids the drafter proposed."""
+    drafted_text: tuple[str, ...]
+    """Their text, each decoded on its own."""
+    accepted: int
+    """How many leading drafted tokens the target kept."""
+    rejected: tuple[int, ...]
+    """Drafted ids the target threw away (those after the first mismatch included)."""
+    rejected_text: tuple[str, ...]
+    """Their text."""
+    emitted: int
+    """Tokens this round emits (accepted + correction or bonus; fewer at a stop)."""
+    draft_s: float
+    """Seconds spent drafting."""
+    verify_s: float
+    """Seconds in the target's verification pass."""
+    drafter: str
+    """Which drafter proposed (model, lookup, none)."""
+    tokens_per_s: float
+    """Reply speed so far, cumulative (tokens emitted / generation time), this round included."""
+    estimated_speedup: float | None
+    """tokens_per_s against the plain decoding speed predicted from measured costs."""
+
+    type: str = field(default="round", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Totals for one reply."""
+
+    tokens: int
+    """Tokens emitted."""
+    rounds: int
+    """Draft-verify rounds (plain decoding: one per token)."""
+    drafted: int
+    """Draft tokens proposed."""
+    accepted: int
+    """Draft tokens the target accepted."""
+    acceptance_rate: float
+    """accepted / drafted (0 when nothing was drafted)."""
+    mean_accepted_per_round: float
+    """Accepted draft tokens per round that drafted."""
+    tokens_per_round: float
+    """Emitted tokens per round."""
+    acceptance_by_position: tuple[float, ...]
+    """Share of rounds that drafted position i whose token i was accepted."""
+    target_passes: int
+    """Target forward passes (llama_decode calls), prompt included."""
+    drafter_passes: int
+    """Drafter forward passes."""
+    prompt_tokens: int
+    """Tokens in the prompt."""
+    prompt_tokens_reused: int
+    """Prompt tokens already in the target's KV cache (not decoded again)."""
+    ttft_s: float
+    """Seconds from the request to the first emitted token."""
+    tokens_per_s: float
+    """Emitted tokens per second from the first token to the last (cumulative)."""
+    wall_s: float
+    """Seconds from request to the end."""
+    prefill_s: float
+    """Seconds spent reading the prompt."""
+    draft_s: float
+    """Seconds spent drafting."""
+    verify_s: float
+    """Seconds spent in target forward passes after the prompt."""
+    python_s: float
+    """Seconds in neither llama.cpp nor the consumer: the engine's own overhead."""
+    estimated_plain_tokens_per_s: float | None
+    """Plain decoding speed predicted from the target's measured one-token cost."""
+    estimated_speedup: float | None
+    """tokens_per_s / estimated_plain_tokens_per_s: is speculation helping on this machine."""
+    draft_mode: str
+    """How the draft length was chosen: 'auto', 'fixed k=N' or 'none'."""
+    note: str = ""
+    """Anything the user should know (fallback to plain decoding, turns dropped, ...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """The end of a reply."""
+
+    finish_reason: FinishReason
+    """Why it ended."""
+    text: str
+    """The full reply text."""
+    stats: Stats
+    """Totals."""
+
+    type: str = field(default="done", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+Event = RoundEvent | TokenEvent | DoneEvent
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    def conv(v: Any) -> Any:
+        if isinstance(v, Enum):
+            return v.value
+        if isinstance(v, dict):
+            return {k: conv(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [conv(x) for x in v]
+        return v
+
+    return conv(asdict(obj))

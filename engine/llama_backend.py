@@ -1,0 +1,335 @@
+"""The only module that imports llama_cpp: tokenize, decode a batch, logits rows, trim KV, vocab facts.
+
+Every model file is validated (engine.gguf_check) before llama.cpp is allowed to open it:
+llama.cpp trusts the file and a damaged one can crash the process.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import llama_cpp as lc
+
+from .errors import ContextFullError, EngineError, ModelLoadError
+from .gguf_check import validate_gguf
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_tail: deque[str] = deque(maxlen=40)
+_verbose = bool(os.environ.get("DRAFTLIGHT_LLAMA_LOG"))
+
+
+@lc.llama_log_callback
+def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    # llama.cpp talks a lot on stderr; keep the tail so a failure can say why.
+    msg = text.decode("utf-8", "replace") if text else ""
+    _log_tail.append(msg)
+    if _verbose:
+        os.write(2, text or b"")
+
+
+def _ensure_backend() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            lc.llama_log_set(_log_sink, ctypes.c_void_p(0))
+            lc.llama_backend_init()
+            _initialised = True
+
+
+def _last_log_error() -> str:
+    for line in reversed(_log_tail):
+        line = line.strip()
+        if line and ("error" in line.lower() or "failed" in line.lower()):
+            return line
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class VocabFacts:
+    """What llama.cpp's draft-compatibility rules compare."""
+
+    vocab_type: str
+    n_vocab: int
+    add_bos: bool
+    add_eos: bool
+    bos: int
+    eos: int
+
+
+_VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """How a model is loaded."""
+
+    n_ctx: int = 4096
+    """Context length in tokens (0 = the model's trained length)."""
+    n_gpu_layers: int = -1
+    """Layers to offload to a GPU (-1 = all; ignored by a CPU-only build)."""
+    n_threads: int | None = None
+    """CPU threads (None = all cores)."""
+    n_batch: int = 512
+    """Largest batch handed to one llama_decode."""
+
+
+class LlamaModel:
+    """One GGUF model with its own llama context and a record of what its KV cache holds.
+
+    `kv` lists the tokens whose keys and values are in the cache, at positions 0..len-1.
+    Every change to the cache goes through `decode` and `truncate`, which keep `kv` exact.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        settings: LoadSettings = LoadSettings(),
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.info = validate_gguf(self.path)  # raises ModelFileError with a clear reason
+        _ensure_backend()
+        self.settings = settings
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = settings.n_gpu_layers
+        if progress is not None:
+            # Keep the ctypes callback alive for the duration of the load.
+            self._progress_cb = lc.llama_progress_callback(lambda value, _user: (progress(float(value)), True)[1])
+            mparams.progress_callback = self._progress_cb
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
+        n_threads = settings.n_threads or os.cpu_count() or 1
+        n_ctx = settings.n_ctx or lc.llama_model_n_ctx_train(self._model)
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = settings.n_batch
+        cparams.n_ubatch = settings.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        cparams.swa_full = True  # sliding-window models must be able to roll back a rejected draft
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            self._model = None
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {self.path.name} "
+                f"(out of memory?): {_last_log_error() or 'unknown reason'}"
+            )
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx = int(lc.llama_n_ctx(self._ctx))
+        self.n_batch = settings.n_batch
+        self.n_threads = n_threads
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.kv: list[int] = []
+        self.passes = 0
+        self.decode_s = 0.0  # seconds inside llama_decode, for the overhead accounting
+        self._pieces: dict[int, bytes] = {}
+        self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+
+    # -- facts ---------------------------------------------------------------
+    def vocab_facts(self) -> VocabFacts:
+        v = self._vocab
+        return VocabFacts(
+            vocab_type=_VOCAB_TYPES.get(int(lc.llama_vocab_type(v)), "unknown"),
+            n_vocab=self.n_vocab,
+            add_bos=bool(lc.llama_vocab_get_add_bos(v)),
+            add_eos=bool(lc.llama_vocab_get_add_eos(v)),
+            bos=int(lc.llama_vocab_bos(v)),
+            eos=int(lc.llama_vocab_eos(v)),
+        )
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary entry itself (not the rendered piece): what compatibility compares."""
+        return lc.llama_vocab_get_text(self._vocab, token) or b""
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):  # a long chat template: ask again with room for it
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        ptr = lc.llama_model_chat_template(self._model, None)
+        return ptr.decode("utf-8", "replace") if ptr else None
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def n_params(self) -> int:
+        return int(lc.llama_model_n_params(self._model))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(lc.llama_model_size(self._model))
+
+    # -- text ----------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Bytes a token adds to the text (control tokens add nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def special_text(self, token: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    # -- the cache -----------------------------------------------------------
+    def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray:
+        """Append `tokens` to the cache in as few llama_decode calls as n_batch allows.
+
+        logits: "last" (one row), "all" (a row per token; must fit one batch) or "none".
+        Returns a read-only view of the rows, valid until the next decode.
+        """
+        if not tokens:
+            raise EngineError("decode called with no tokens")
+        if logits == "all" and len(tokens) > self.n_batch:
+            raise EngineError(f"cannot score {len(tokens)} tokens in one pass (n_batch {self.n_batch})")
+        if len(self.kv) + len(tokens) > self.n_ctx:
+            raise ContextFullError(
+                f"the context window is full ({self.n_ctx} tokens): {len(self.kv)} used, {len(tokens)} more needed"
+            )
+        n_rows = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= len(tokens)
+            b = self._batch
+            pos0 = len(self.kv)
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = pos0 + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = last_chunk and (logits == "all" or (logits == "last" and i == len(chunk) - 1))
+            b.n_tokens = len(chunk)
+            t0 = time.perf_counter()
+            rc = lc.llama_decode(self._ctx, b)
+            self.decode_s += time.perf_counter() - t0
+            self.passes += 1
+            if rc != 0:
+                self._recover(pos0)
+                if rc == 1:
+                    raise ContextFullError(f"no room in the KV cache for {len(chunk)} more tokens")
+                raise EngineError(f"llama_decode failed with code {rc}: {_last_log_error()}")
+            self.kv.extend(chunk)
+            if last_chunk:
+                n_rows = len(chunk) if logits == "all" else (1 if logits == "last" else 0)
+        if n_rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = lc.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens of the cache, drop the rest (a rejected draft)."""
+        if n >= len(self.kv):
+            return
+        if not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
+            # Recurrent state cannot be rolled back partially: start afresh, honestly.
+            lc.llama_memory_clear(self._mem, True)
+            self.kv.clear()
+            raise EngineError(f"{self.path.name} cannot trim its cache (recurrent model)")
+        del self.kv[n:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for a, b in zip(self.kv, tokens):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def sync(self, tokens: Sequence[int]) -> int:
+        """Make the cache a prefix of `tokens`; returns how many it already holds."""
+        n = self.common_prefix(tokens)
+        self.truncate(n)
+        return n
+
+    def clear(self) -> None:
+        lc.llama_memory_clear(self._mem, True)
+        self.kv.clear()
+
+    def cache_is_consistent(self) -> bool:
+        """llama.cpp's own view of the cache agrees with `kv`."""
+        return int(lc.llama_memory_seq_pos_max(self._mem, 0)) == len(self.kv) - 1
+
+    def _recover(self, pos0: int) -> None:
+        # After a failed decode llama.cpp may keep part of the batch: cut back to what we know.
+        if int(lc.llama_memory_seq_pos_max(self._mem, 0)) != pos0 - 1:
+            if not lc.llama_memory_seq_rm(self._mem, 0, pos0, -1):
+                lc.llama_memory_clear(self._mem, True)
+                self.kv.clear()
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def render_chat(template: str, messages: list[dict[str, str]], bos_token: str, eos_token: str) -> str:
+    """Render messages with a GGUF chat template in llama-cpp-python's sandboxed Jinja formatter."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    formatter = Jinja2ChatFormatter(template=template, bos_token=bos_token, eos_token=eos_token)
+    return formatter(messages=messages).prompt
+
+
+def system_info() -> str:
+    _ensure_backend()
+    return (lc.llama_print_system_info() or b"").decode("utf-8", "replace")
+
+
+def supports_gpu_offload() -> bool:
+    _ensure_backend()
+    return bool(lc.llama_supports_gpu_offload())

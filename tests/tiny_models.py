@@ -1,0 +1,162 @@
+"""Tiny, deterministic GGUF models that real llama.cpp loads in milliseconds.
+
+They are real `llama`-architecture files written with ggml's own `gguf` writer: a
+SentencePiece-style vocabulary (byte fallback, so any text tokenizes), a ChatML chat
+template and random but seeded weights. The drafter is the target without its last
+block, so it agrees with the target often but not always: the
+tests see accepted drafts and corrections. `other-vocab` differs in token text.
+
+Regenerate the copies bundled for `--self-test` with:
+    python tests/tiny_models.py resources/test-models
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter, TokenType
+
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "the of and to in is that it for on with as was at by be this are from or have an not "
+    "but they which one you were all we her she there can their what if will so about when "
+    "def return class import self print for while None True False int str list dict "
+    "hello world code model token draft target fast slow speculative decoding python"
+).split()
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """What a tiny model is made of."""
+
+    n_layer: int = 3
+    n_embd: int = 64
+    n_head: int = 4
+    n_ff: int = 128
+    context_length: int = 1024
+    seed: int = 1234
+    #: how many leading blocks to take from `seed` before switching to `layer_seed`
+    shared_layers: int = 99
+    layer_seed: int = 0
+    #: "upper" gives every word token other text: an incompatible vocabulary
+    vocab_variant: str = "base"
+    extra_tokens: int = 0
+    bos_id: int = 1
+    logit_scale: float = 2.5
+    #: blocks from `quiet_from` on write only this share into the residual stream, so a drafter
+    #: made of the first blocks agrees with the target most of the time
+    quiet_from: int = 99
+    quiet_scale: float = 1.0
+    chat_template: str | None = CHATML
+    name: str = "tiny"
+
+
+def vocabulary(spec: TinySpec) -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL, TokenType.CONTROL, TokenType.CONTROL]
+    if spec.bos_id != 1:  # swap ids 1 and 2 so BOS/EOS ids differ from the base vocabulary
+        tokens[1], tokens[2] = tokens[2], tokens[1]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [TokenType.BYTE] * 256
+    pieces = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,:;!?()[]{}=+-*/\"'#_<>")
+    # SentencePiece merges pairs bottom-up, so every prefix of a word must be a token too.
+    pieces += ["\u2581" + w[:i] for w in _WORDS for i in range(1, len(w) + 1)]
+    pieces += ["\u2581" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces += ["\u2581", "\n", "\u2581\u2581", "\u2581\u2581\u2581\u2581"]
+    if spec.vocab_variant == "upper":
+        pieces = [p.upper() if p.islower() or p[1:].islower() else p + "\u00b7" for p in pieces]
+    pieces += [f"\u2581extra{i}" for i in range(spec.extra_tokens)]
+    seen: set[str] = set(tokens)
+    uniq = [p for p in pieces if not (p in seen or seen.add(p))]
+    tokens += uniq
+    types += [TokenType.NORMAL] * len(uniq)
+    # SentencePiece merges by score: longer pieces first so words stay whole.
+    scores = [0.0] * (5 + 256) + [float(len(p)) - i * 1e-4 for i, p in enumerate(uniq)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
+    tokens, scores, types = vocabulary(spec)
+    n_vocab, d, ff = len(tokens), spec.n_embd, spec.n_ff
+    base = np.random.default_rng(spec.seed)
+    other = np.random.default_rng(spec.layer_seed)
+
+    def mat(rng: np.random.Generator, rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    w = GGUFWriter(str(path), "llama")
+    w.add_name(spec.name)
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(d)
+    w.add_block_count(spec.n_layer)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head)
+    w.add_rope_dimension_count(d // spec.n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(0)  # all F32
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(spec.bos_id)
+    w.add_eos_token_id(2 if spec.bos_id == 1 else 1)
+    w.add_unk_token_id(0)
+    w.add_eot_token_id(4)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    if spec.chat_template:
+        w.add_chat_template(spec.chat_template)
+
+    w.add_tensor("token_embd.weight", mat(base, n_vocab, d, np.sqrt(d)))
+    w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
+    out = mat(base, n_vocab, d, spec.logit_scale)
+    out[5 : 5 + 256] *= 0.3  # byte tokens: possible (UTF-8 paths get exercised) but rarer than words
+    w.add_tensor("output.weight", out)
+    for i in range(spec.n_layer):
+        rng = base if i < spec.shared_layers else other
+        blk = f"blk.{i}."
+        w.add_tensor(blk + "attn_norm.weight", np.ones(d, dtype=np.float32))
+        quiet = spec.quiet_scale if i >= spec.quiet_from else 1.0
+        for name in ("attn_q", "attn_k", "attn_v"):
+            w.add_tensor(blk + name + ".weight", mat(rng, d, d))
+        w.add_tensor(blk + "attn_output.weight", mat(rng, d, d, quiet))
+        w.add_tensor(blk + "ffn_norm.weight", np.ones(d, dtype=np.float32))
+        w.add_tensor(blk + "ffn_gate.weight", mat(rng, ff, d))
+        w.add_tensor(blk + "ffn_up.weight", mat(rng, ff, d))
+        w.add_tensor(blk + "ffn_down.weight", mat(rng, d, ff, 0.5 * quiet))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+#: Three blocks; the last one only nudges the residual stream.
+TARGET = TinySpec(name="tiny-target", quiet_from=2, quiet_scale=0.3)
+#: The target without its last block: cheaper, and right about 50-80% of the time, which is
+#: what a drafter is.
+DRAFTER = replace(TARGET, name="tiny-drafter", n_layer=2)
+OTHER_VOCAB = replace(TARGET, name="tiny-other-vocab", vocab_variant="upper", seed=7)
+
+STANDARD = {"target": TARGET, "drafter": DRAFTER, "other-vocab": OTHER_VOCAB}
+
+
+def write_standard_set(folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return {key: write_tiny_model(folder / f"tiny-{key}.gguf", spec) for key, spec in STANDARD.items()}
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "resources/test-models")
+    for key, p in write_standard_set(out).items():
+        print(f"{key}: {p} ({p.stat().st_size} bytes)")
