@@ -80,6 +80,9 @@ class LoadSettings:
     """CPU threads (None = all cores)."""
     n_batch: int = 512
     """Largest batch handed to one llama_decode."""
+    extra_buffers: bool | None = None
+    """CPU weight repacking (AMX, AVX repack). None = on, except on CPUs with AMX, where
+    ggml's AMX kernels segfault on Q4_K weights (ggml-org/llama.cpp#20824)."""
 
 
 class LlamaModel:
@@ -101,6 +104,7 @@ class LlamaModel:
         self.settings = settings
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
+        mparams.use_extra_bufts = use_extra_buffers(settings.extra_buffers)
         if progress is not None:
             # Keep the ctypes callback alive for the duration of the load.
             self._progress_cb = lc.llama_progress_callback(lambda value, _user: (progress(float(value)), True)[1])
@@ -131,11 +135,13 @@ class LlamaModel:
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx = int(lc.llama_n_ctx(self._ctx))
-        self.n_batch = settings.n_batch
+        # llama.cpp may shrink the batch (never above the context): use what it actually took.
+        self.n_batch = min(int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx)), settings.n_batch)
         self.n_threads = n_threads
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.kv: list[int] = []
         self.passes = 0
+        self.tokens_decoded = 0
         self.decode_s = 0.0  # seconds inside llama_decode, for the overhead accounting
         self._pieces: dict[int, bytes] = {}
         self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
@@ -254,6 +260,7 @@ class LlamaModel:
                     raise ContextFullError(f"no room in the KV cache for {len(chunk)} more tokens")
                 raise EngineError(f"llama_decode failed with code {rc}: {_last_log_error()}")
             self.kv.extend(chunk)
+            self.tokens_decoded += len(chunk)
             if last_chunk:
                 n_rows = len(chunk) if logits == "all" else (1 if logits == "last" else 0)
         if n_rows == 0:
@@ -315,6 +322,14 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
+
+
+def use_extra_buffers(asked: bool | None) -> bool:
+    if asked is not None:
+        return asked
+    if os.environ.get("DRAFTLIGHT_ALLOW_AMX") == "1":
+        return True
+    return "AMX_INT8 = 1" not in system_info()
 
 
 def render_chat(template: str, messages: list[dict[str, str]], bos_token: str, eos_token: str) -> str:

@@ -198,10 +198,3 @@ class AutoK(DraftPolicy):
                 else:
                     self.probe_every = self.base_probe_every
 
-
-def make_policy(draft_max: int | str, costs: CostModel, drafter_is_model: bool, has_drafter: bool) -> DraftPolicy:
-    if not has_drafter:
-        return NoDraft()
-    if draft_max == "auto":
-        return AutoK(costs, drafter_is_model=drafter_is_model)
-    return FixedK(int(draft_max))

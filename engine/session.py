@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .compat import check_pair, vocab_of_model
@@ -98,8 +98,7 @@ class Session:
         try:
             if spec.model is not None:
                 # The drafter gets the same context length, as llama.cpp's own speculative example does.
-                dl = draft_load or target_load
-                dl = LoadSettings(self.target.n_ctx, dl.n_gpu_layers, dl.n_threads, dl.n_batch)
+                dl = replace(draft_load or target_load, n_ctx=self.target.n_ctx)
                 self.draft_model = LlamaModel(spec.model, dl, progress=(lambda v: progress("drafter", v)) if progress else None)
                 check_pair(vocab_of_model(self.target), vocab_of_model(self.draft_model),
                            self.target.path.name, self.draft_model.path.name)

@@ -89,6 +89,16 @@ class _Text:
         return self.model.piece(token).decode("utf-8", "replace")
 
 
+def _settle(pending: tuple[RoundOutcome, float] | None, now: float, costs: CostModel) -> None:
+    """Record a finished round's costs, its overhead being everything in the round that was
+    neither drafting nor verifying (accepting, events, bookkeeping), consumer time excluded."""
+    if pending is not None:
+        o, start = pending
+        overhead = max(0.0, now - start - o.draft_s - o.verify_s)
+        costs.record(RoundOutcome(o.k, o.drafted, o.accepted, o.draft_s, o.verify_s, overhead))
+    return None
+
+
 def generate(
     target: LlamaModel,
     prompt: Sequence[int],
@@ -125,6 +135,7 @@ def generate(
     ctx = list(prompt)
     text = _Text(target)
     finish: FinishReason | None = None
+    pending: tuple[RoundOutcome, float] | None = None
     round_no = 0
     emitted = 0
     try:
@@ -137,7 +148,8 @@ def generate(
                 finish = FinishReason.CONTEXT_FULL
                 break
             round_no += 1
-            t_round = time.perf_counter()
+            t_round = stats.clock()
+            pending = _settle(pending, t_round, costs)
             # 1. draft
             k = policy.choose_k(min(room, max_tokens - emitted - 1))
             draft = drafter.propose(ctx, k, params, rng) if k > 0 else _NO_DRAFT
@@ -176,9 +188,9 @@ def generate(
             rejected = draft.tokens[verdict.accepted :]
             outcome = RoundOutcome(
                 k=k, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
-                overhead_s=max(0.0, time.perf_counter() - t_round - draft.seconds - verify_s),
+                overhead_s=0.0,  # known once the round's events are out: see _settle
             )
-            costs.record(outcome)
+            pending = (outcome, t_round)
             policy.observe(outcome)
             stats.round_done(outcome, keep)
             tps, speedup = stats.live_rate(costs, keep)
@@ -206,6 +218,7 @@ def generate(
             target.truncate(len(ctx) - 1)
         if drafter is not None:
             drafter.commit(ctx)
+    _settle(pending, stats.clock(), costs)
     tail = text.flush()
     reply = "".join(text.parts)
     yield DoneEvent(

