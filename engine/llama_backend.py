@@ -348,3 +348,63 @@ def system_info() -> str:
 def supports_gpu_offload() -> bool:
     _ensure_backend()
     return bool(lc.llama_supports_gpu_offload())
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A compute device llama.cpp can use."""
+
+    name: str
+    description: str
+    kind: str  # "cpu", "gpu", "igpu" or "accel"
+    memory_free: int
+    memory_total: int
+
+
+_DEV_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+
+
+def _ggml():
+    """ggml's device registry through ctypes (llama-cpp-python does not wrap it)."""
+    from llama_cpp import _ggml as g
+
+    lib = g.libggml
+    if not getattr(lib, "_draftlight_typed", False):
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        lib.ggml_backend_dev_count.restype = sz
+        lib.ggml_backend_dev_get.argtypes, lib.ggml_backend_dev_get.restype = [sz], vp
+        for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(lib, fn).argtypes, getattr(lib, fn).restype = [vp], ctypes.c_char_p
+        lib.ggml_backend_dev_type.argtypes, lib.ggml_backend_dev_type.restype = [vp], ctypes.c_int
+        lib.ggml_backend_dev_memory.argtypes = [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]
+        lib.ggml_backend_dev_memory.restype = None
+        lib.ggml_backend_reg_count.restype = sz
+        lib.ggml_backend_reg_get.argtypes, lib.ggml_backend_reg_get.restype = [sz], vp
+        lib.ggml_backend_reg_name.argtypes, lib.ggml_backend_reg_name.restype = [vp], ctypes.c_char_p
+        lib._draftlight_typed = True
+    return lib
+
+
+def backends() -> list[str]:
+    """Backends compiled into this build of llama.cpp (e.g. CPU, CUDA, Metal, Vulkan)."""
+    _ensure_backend()
+    lib = _ggml()
+    return [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())]
+
+
+def devices() -> list[Device]:
+    _ensure_backend()
+    lib = _ggml()
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(Device(
+            name=(lib.ggml_backend_dev_name(dev) or b"").decode(),
+            description=(lib.ggml_backend_dev_description(dev) or b"").decode(),
+            kind=_DEV_KINDS.get(lib.ggml_backend_dev_type(dev), "unknown"),
+            memory_free=int(free.value),
+            memory_total=int(total.value),
+        ))
+    return out

@@ -1,0 +1,39 @@
+"""The layer rules hold: engine knows no Qt, app never touches llama_cpp, one module wraps llama_cpp."""
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_import_linter_contracts_hold():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert exe, "import-linter is part of the test extra"
+    result = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken" in result.stdout, result.stdout
+
+
+def test_only_the_backend_module_imports_llama_cpp():
+    users = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("engine/**/*.py") if "llama_cpp" in imported_modules(p))
+    assert users == ["engine/llama_backend.py"]
+
+
+def test_app_never_imports_llama_cpp_even_indirectly_named():
+    offenders = [p for p in ROOT.glob("app/**/*.py") if "llama_cpp" in imported_modules(p)]
+    assert offenders == []
