@@ -1,0 +1,130 @@
+"""Two small charts drawn with QPainter (PySide6-Essentials has no QtCharts)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from .theme import OKABE_ITO
+
+_MARGIN_L, _MARGIN_R, _MARGIN_T, _MARGIN_B = 34, 8, 18, 20
+
+
+class _Chart(QWidget):
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = title
+        self.setMinimumHeight(120)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+    def sizeHint(self) -> QSize:
+        return QSize(240, 140)
+
+    def _plot_rect(self) -> QRectF:
+        return QRectF(_MARGIN_L, _MARGIN_T, max(10, self.width() - _MARGIN_L - _MARGIN_R),
+                      max(10, self.height() - _MARGIN_T - _MARGIN_B))
+
+    def _frame(self, p: QPainter, y_max: float, y_fmt: str) -> QRectF:
+        pal = self.palette()
+        text = pal.color(QPalette.ColorRole.WindowText)
+        grid = QColor(text)
+        grid.setAlpha(40)
+        r = self._plot_rect()
+        p.setPen(text)
+        f = p.font()
+        f.setPointSizeF(max(7.0, f.pointSizeF() * 0.85))
+        p.setFont(f)
+        p.drawText(QRectF(0, 0, self.width(), _MARGIN_T - 2), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                   self.title)
+        for frac in (0.0, 0.5, 1.0):
+            y = r.bottom() - frac * r.height()
+            p.setPen(QPen(grid, 1))
+            p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y))
+            p.setPen(text)
+            p.drawText(QRectF(0, y - 8, _MARGIN_L - 4, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                       y_fmt.format(frac * y_max))
+        return r
+
+    def _empty(self, p: QPainter, r: QRectF, text: str) -> None:
+        c = self.palette().color(QPalette.ColorRole.WindowText)
+        c.setAlpha(120)
+        p.setPen(c)
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, text)
+
+
+class AcceptanceChart(_Chart):
+    """Bars: share of drafted tokens accepted at each draft position (1 = first drafted token)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Accepted, by draft position", parent)
+        self.values: tuple[float, ...] = ()
+
+    def set_values(self, values: Sequence[float]) -> None:
+        values = tuple(values)
+        if values != self.values:
+            self.values = values
+            self.update()
+
+    def paintEvent(self, _event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = self._frame(p, 1.0, "{:.0%}")
+        if not self.values:
+            self._empty(p, r, "no drafts yet")
+            return
+        n = len(self.values)
+        slot = r.width() / n
+        bar = QColor(OKABE_ITO["bluish_green"])
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        for i, v in enumerate(self.values):
+            h = max(0.0, min(1.0, v)) * r.height()
+            x = r.left() + i * slot + slot * 0.15
+            p.fillRect(QRectF(x, r.bottom() - h, slot * 0.7, h), bar)
+            if n <= 16 and (n <= 8 or i % 2 == 0):
+                p.setPen(text)
+                p.drawText(QRectF(r.left() + i * slot, r.bottom() + 2, slot, _MARGIN_B - 2),
+                           Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop, str(i + 1))
+
+
+class SpeedChart(_Chart):
+    """A line: cumulative tokens/s against tokens emitted, one point per round."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Tokens/s over the reply", parent)
+        self.points: tuple[tuple[int, float], ...] = ()
+        self.plain: float | None = None
+
+    def set_points(self, points: Sequence[tuple[int, float]], plain: float | None = None) -> None:
+        points = tuple(points)
+        if points != self.points or plain != self.plain:
+            self.points, self.plain = points, plain
+            self.update()
+
+    def paintEvent(self, _event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        top = max([v for _, v in self.points] + [self.plain or 0.0, 1.0]) * 1.15
+        r = self._frame(p, top, "{:.0f}")
+        if len(self.points) < 1:
+            self._empty(p, r, "no tokens yet")
+            return
+        x_max = max(self.points[-1][0], 1)
+
+        def at(x: float, y: float) -> QPointF:
+            return QPointF(r.left() + x / x_max * r.width(), r.bottom() - y / top * r.height())
+
+        if self.plain:
+            pen = QPen(QColor(OKABE_ITO["orange"]), 1.5, Qt.PenStyle.DashLine)
+            p.setPen(pen)
+            p.drawLine(at(0, self.plain), at(x_max, self.plain))
+        path = QPainterPath(at(*self.points[0]) if len(self.points) > 1 else at(0, self.points[0][1]))
+        for x, y in self.points[1:] if len(self.points) > 1 else self.points:
+            path.lineTo(at(x, y))
+        p.setPen(QPen(QColor(OKABE_ITO["blue"] if self.palette().color(QPalette.ColorRole.Window).lightness() > 128
+                             else OKABE_ITO["sky_blue"]), 2))
+        p.drawPath(path)
+        p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        p.drawText(QRectF(r.left(), r.bottom() + 2, r.width(), _MARGIN_B - 2),
+                   Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop, f"{x_max} tokens")

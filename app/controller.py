@@ -1,0 +1,529 @@
+"""The app's brain on the GUI thread: settings, conversations, models, and the engine thread.
+
+Widgets talk to it through slots and hear back through signals; it never draws. Engine events
+arrive one by one from the worker and are handed on in batches, one per timer tick, so a fast
+pair cannot flood the event loop (and each batch is one SQLite transaction).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any, Protocol
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal
+
+from engine.errors import ModelFileError
+from engine.events import FinishReason
+from engine.llama_backend import LoadSettings
+from engine.sampling import SamplingParams
+from engine.session import GenerationSettings
+
+from .background import run_in_background
+from .errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
+from .model_scan import DrafterOption, ModelEntry, drafter_options, list_models
+from .records import Conversation, Message, Role
+from .reply_recorder import ReplyRecorder
+from .reply_stats import ReplyStats
+from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, load_settings, save_settings
+from .store import ChatStore, StoreError
+from .worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
+
+FLUSH_MS = 30
+"""How often streamed events reach the window (and the database)."""
+TITLE_CHARS = 48
+
+
+class ReplyHandler(Protocol):
+    """Whoever asked for a reply: the chat, or the compare dialog."""
+
+    def on_events(self, events: list) -> None: ...
+    def on_failed(self, exc: BaseException) -> None: ...
+    def on_finished(self) -> None: ...
+
+
+def drafter_label(drafter: str) -> str:
+    if drafter == DRAFT_NONE:
+        return "none"
+    if drafter == DRAFT_LOOKUP:
+        return "prompt lookup"
+    return Path(drafter).name
+
+
+class ChatController(QObject):
+    """Owns the store, the settings and the engine thread."""
+
+    sig_notice = Signal(object)
+    """Show a Notice above the chat."""
+    sig_conversations = Signal(object, object)
+    """The conversation list changed (list[Conversation], id of the open one or None)."""
+    sig_messages = Signal(object)
+    """A conversation was opened: show these messages (list[Message])."""
+    sig_message_added = Signal(object)
+    """Append this Message to the open conversation."""
+    sig_tokens = Signal(object, object)
+    """The streaming reply (Message) gained these tokens (list[TokenEvent])."""
+    sig_reply_finished = Signal(object)
+    """The streaming reply (Message) is over."""
+    sig_stats = Signal(object, str)
+    """Show these numbers (StatsSnapshot or None) under this title."""
+    sig_busy = Signal(bool)
+    """A reply started (True) or ended (False)."""
+    sig_input_restore = Signal(str)
+    """A reply failed before its first token: put the user's text back in the input box."""
+    sig_load_state = Signal(str, float)
+    """Model state for the status bar: text, and progress 0-1 (negative: no progress bar)."""
+    sig_models = Signal(object, str)
+    """Installed models (list[ModelEntry]) and the current target path."""
+    sig_drafters = Signal(object, str)
+    """Drafter options for the target (list[DrafterOption]) and the current drafter choice."""
+    sig_settings = Signal(object)
+    """The settings changed (AppSettings)."""
+    sig_no_models = Signal()
+    """No model is installed and none was ever chosen: offer the default pair."""
+    sig_loaded = Signal(object)
+    """A pair finished loading (LoadedInfo)."""
+    _request_load = Signal(object)
+    _request_reply = Signal(object)
+    _request_shutdown = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings, settings_notice = load_settings()
+        self.startup_notices: list[Notice] = []
+        if settings_notice:
+            self.startup_notices.append(Notice(settings_notice, Level.WARNING))
+        self.store = ChatStore()
+        if self.store.notice:
+            self.startup_notices.append(Notice(self.store.notice, Level.WARNING))
+        self.models: list[ModelEntry] = []
+        self.drafters: list[DrafterOption] = []
+        self.current_id: int | None = None
+        self.messages: list[Message] = []
+        self.search = ""
+        self.loaded: LoadedInfo | None = None
+        self.loading: LoadRequest | None = None
+        self.load_error: BaseException | None = None
+        self._ids = itertools.count(1)
+        self._handlers: dict[int, ReplyHandler] = {}
+        self._pending: dict[int, list] = {}
+        self.chat_reply: ReplyRecorder | None = None
+        self._scan_generation = 0
+        self._drafters_generation = 0
+        self._drafters_ready = False
+        self._closed = False
+
+        self.thread = QThread(self)
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self._request_load.connect(self.worker.load)
+        self._request_reply.connect(self.worker.reply)
+        self._request_shutdown.connect(self.worker.shutdown)
+        self.worker.sig_load_progress.connect(self._on_load_progress)
+        self.worker.sig_loaded.connect(self._on_loaded)
+        self.worker.sig_load_failed.connect(self._on_load_failed)
+        self.worker.sig_event.connect(self._on_event)
+        self.worker.sig_reply_failed.connect(self._on_reply_failed)
+        self.worker.sig_reply_finished.connect(self._on_reply_finished)
+        self.thread.start()
+
+        self._flush_timer = QTimer(self, interval=FLUSH_MS)
+        self._flush_timer.timeout.connect(self.flush)
+        self._save_timer = QTimer(self, singleShot=True, interval=400)
+        self._save_timer.timeout.connect(self._save_settings)
+
+    # -- start and stop -------------------------------------------------------------------
+    def start(self) -> None:
+        """Fill the window: notices, conversations, models (then load the chosen pair)."""
+        for n in self.startup_notices:
+            self.sig_notice.emit(n)
+        self.sig_settings.emit(self.settings)
+        convs = self._conversations()
+        self.sig_conversations.emit(convs, None)
+        if convs:
+            self.open_conversation(convs[0].id)
+        else:
+            self.sig_messages.emit([])
+            self.sig_stats.emit(None, "This reply")
+        self.refresh_models(then_load=True)
+
+    def shutdown(self) -> None:
+        """Stop the reply, free the models on their thread, close the database."""
+        if self._closed:
+            return
+        self._closed = True
+        self.worker.stop()
+        self._request_shutdown.emit()
+        self.thread.quit()
+        self.thread.wait()
+        self.flush()
+        self._save_timer.stop()
+        self._save_settings()
+        self.store.close()
+
+    # -- settings -------------------------------------------------------------------------
+    def update_settings(self, **changes: Any) -> None:
+        new = dataclasses.replace(self.settings, **changes)
+        if new == self.settings:
+            return
+        old, self.settings = self.settings, new
+        self._save_timer.start()
+        self.sig_settings.emit(new)
+        if new.target != old.target:
+            self.refresh_drafters(then_load=True)
+        elif (new.drafter, new.n_ctx, new.n_gpu_layers, new.n_threads) != (old.drafter, old.n_ctx, old.n_gpu_layers, old.n_threads):
+            self.ensure_loaded()
+
+    def _save_settings(self) -> None:
+        try:
+            save_settings(self.settings)
+        except OSError as exc:
+            self.sig_notice.emit(Notice(f"Could not save the settings ({exc.strerror or exc}); they will be lost "
+                                        "when the app closes. Check that the config folder is writable.",
+                                        Level.WARNING))
+
+    def generation_settings(self, plain: bool = False) -> GenerationSettings:
+        s = self.settings
+        return GenerationSettings(
+            sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed),
+            draft_max=0 if plain else s.draft_max,
+            max_tokens=s.max_tokens,
+        )
+
+    # -- models ---------------------------------------------------------------------------
+    def refresh_models(self, then_load: bool = False) -> None:
+        """Read the model folder off the GUI thread; then the drafters for the target."""
+        self._scan_generation += 1
+        gen = self._scan_generation
+        extra = [p for p in (self.settings.target, self.settings.drafter) if p not in ("", DRAFT_NONE, DRAFT_LOOKUP)]
+
+        def done(result) -> None:
+            if gen != self._scan_generation or self._closed:
+                return
+            self.models, problems = result
+            for p in problems:
+                self.sig_notice.emit(Notice(f"A file in the model folder cannot be used: {p}", Level.WARNING,
+                                            Action.OPEN_MODELS))
+            if not self.settings.target and self.models:
+                self.settings = dataclasses.replace(self.settings, target=str(self.models[0].path))
+                self._save_timer.start()
+            self.sig_models.emit(self.models, self.settings.target)
+            if not self.models and not self.settings.target:
+                self.sig_load_state.emit("No model installed", -1)
+                if not self.settings.first_run_done:
+                    self.sig_no_models.emit()
+                return
+            self.refresh_drafters(then_load=then_load)
+
+        run_in_background(lambda: list_models(extra), done, self._scan_failed)
+
+    def _scan_failed(self, exc: BaseException) -> None:
+        self.sig_notice.emit(explain(exc))
+
+    def refresh_drafters(self, then_load: bool = False) -> None:
+        target = self.settings.target
+        self._drafters_generation += 1
+        gen = self._drafters_generation
+        self._drafters_ready = False
+        if not target:
+            return
+        if not Path(target).is_file():
+            self.sig_drafters.emit([], self.settings.drafter)
+            self.sig_notice.emit(explain(ModelFileError(f"{Path(target).name} is not there any more ({target})")))
+            return
+        models = list(self.models)
+
+        def done(options: list[DrafterOption]) -> None:
+            if gen != self._drafters_generation or self._closed:
+                return
+            self.drafters = options
+            self._drafters_ready = True
+            compatible = [str(o.model.path) for o in options if o.compatible]
+            drafter = self.settings.drafter
+            if drafter not in (DRAFT_NONE, DRAFT_LOOKUP) and drafter not in compatible:
+                # The chosen drafter cannot pair with this target: take the smallest that can, else lookup.
+                drafter = compatible[0] if compatible else DRAFT_LOOKUP
+                self.settings = dataclasses.replace(self.settings, drafter=drafter)
+                self._save_timer.start()
+            self.sig_drafters.emit(options, drafter)
+            if then_load:
+                self.ensure_loaded()
+
+        def failed(exc: BaseException) -> None:
+            if gen == self._drafters_generation:
+                self.sig_drafters.emit([], self.settings.drafter)
+                self.sig_notice.emit(explain(exc))
+
+        run_in_background(lambda: drafter_options(Path(target), models), done, failed)
+
+    def wanted_load(self) -> LoadRequest | None:
+        s = self.settings
+        if not s.target:
+            return None
+        return LoadRequest(Path(s.target), s.drafter, LoadSettings(n_ctx=s.n_ctx, n_gpu_layers=s.n_gpu_layers,
+                                                                   n_threads=s.n_threads))
+
+    def ensure_loaded(self) -> None:
+        """Load the pair the settings name, unless it is loaded or on its way."""
+        want = self.wanted_load()
+        if want is None or self._closed:
+            return
+        if self.loading is not None:
+            return  # _on_loaded / _on_load_failed look again
+        if self.loaded is not None and self.loaded.request == want:
+            return
+        if self.chat_reply is not None:
+            self.stop()  # the load is queued behind the reply, which ends within one round
+            self.sig_notice.emit(Notice("The reply was stopped to switch models.", Level.INFO))
+        self.loading = want
+        self.load_error = None
+        self.sig_load_state.emit(f"Loading {want.target.name}…", 0.0)
+        self._request_load.emit(want)
+
+    def _on_load_progress(self, which: str, fraction: float) -> None:
+        names = {"target": "the target", "drafter": "the drafter", "measuring": "measuring speed"}
+        text = f"Loading {names.get(which, which)}…" if which != "measuring" else "Measuring this machine's speed…"
+        self.sig_load_state.emit(text, fraction if which != "measuring" else -1)
+
+    def _on_loaded(self, info: LoadedInfo) -> None:
+        self.loading = None
+        self.loaded = info
+        self.sig_loaded.emit(info)
+        notes = f" — {'; '.join(info.notes)}" if info.notes else ""
+        self.sig_load_state.emit(f"Ready: {info.request.target.name} + {drafter_label(info.request.drafter)} "
+                                 f"(context {info.n_ctx}, loaded in {info.seconds:.1f} s){notes}", -1)
+        self.ensure_loaded()  # the settings may have moved on while this loaded
+
+    def _on_load_failed(self, req: LoadRequest, exc: BaseException, still: LoadedInfo | None) -> None:
+        self.loading = None
+        self.loaded = still
+        self.load_error = exc
+        self.sig_notice.emit(explain(exc))
+        self.sig_load_state.emit("Not loaded" if still is None else
+                                 f"Still using {still.request.target.name} + {drafter_label(still.request.drafter)}", -1)
+        want = self.wanted_load()
+        if want is not None and want != req:
+            self.ensure_loaded()
+
+    # -- conversations ------------------------------------------------------------------------
+    def _conversations(self) -> list[Conversation]:
+        return self.store.conversations(self.search)
+
+    def _emit_conversations(self) -> None:
+        self.sig_conversations.emit(self._conversations(), self.current_id)
+
+    def set_search(self, text: str) -> None:
+        self.search = text
+        self._emit_conversations()
+
+    def new_conversation(self) -> None:
+        try:
+            conv = self.store.new_conversation()
+        except StoreError as exc:
+            self.sig_notice.emit(Notice(str(exc)))
+            return
+        self.current_id = conv.id
+        self.messages = []
+        self.search = ""
+        self._emit_conversations()
+        self.sig_messages.emit([])
+        self.sig_stats.emit(None, "This reply")
+
+    def open_conversation(self, conv_id: int) -> None:
+        if conv_id == self.current_id and self.messages:
+            return
+        self.current_id = conv_id
+        self.messages = self.store.messages(conv_id)
+        live = self.chat_reply
+        if live is not None and live.conversation_id == conv_id:
+            # Keep appending to the very Message the reply is filling.
+            self.messages = [live.message if m.id == live.message.id else m for m in self.messages]
+        self.sig_messages.emit(self.messages)
+        last = next((m for m in reversed(self.messages) if m.role == Role.ASSISTANT), None)
+        if last is None:
+            self.sig_stats.emit(None, "This reply")
+        elif live is not None and live.message is last:
+            self.sig_stats.emit(live.stats.snapshot(), "This reply (streaming)")
+        else:
+            auto = last.stats.draft_mode == "auto" if last.stats else True
+            rounds = [last.rounds[k] for k in sorted(last.rounds)]
+            self.sig_stats.emit(ReplyStats.of_rounds(rounds, last.stats, auto).snapshot(), "Last reply")
+
+    def rename_conversation(self, conv_id: int, title: str) -> None:
+        try:
+            self.store.rename(conv_id, title)
+        except StoreError as exc:
+            self.sig_notice.emit(Notice(str(exc)))
+        self._emit_conversations()
+
+    def delete_conversation(self, conv_id: int) -> None:
+        live = self.chat_reply
+        if live is not None and live.conversation_id == conv_id:
+            live.orphaned = True
+            self.stop()
+        try:
+            self.store.delete(conv_id)
+        except StoreError as exc:
+            self.sig_notice.emit(Notice(str(exc)))
+            return
+        if conv_id == self.current_id:
+            self.current_id = None
+            convs = self._conversations()
+            if convs:
+                self._emit_conversations()
+                self.open_conversation(convs[0].id)
+                self._emit_conversations()
+                return
+            self.messages = []
+            self.sig_messages.emit([])
+            self.sig_stats.emit(None, "This reply")
+        self._emit_conversations()
+
+    def current_conversation(self) -> Conversation | None:
+        return self.store.conversation(self.current_id) if self.current_id is not None else None
+
+    # -- replies ------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.chat_reply is not None
+
+    def send(self, text: str) -> bool:
+        """Start a reply to `text`; False (and a notice) when it cannot start."""
+        text = text.strip()
+        if not text or self.busy or self._closed:
+            return False
+        if not self.settings.target:
+            self.sig_notice.emit(Notice("Choose a target model first: install one in Models…, or pick a GGUF file "
+                                        "in the Target list.", Level.WARNING, Action.OPEN_MODELS))
+            return False
+        try:
+            if self.current_id is None:
+                conv = self.store.new_conversation()
+                self.current_id = conv.id
+                self.messages = []
+            history = self.history()
+            user = self.store.add_message(self.current_id, Role.USER, text)
+            self.store.set_title_if_default(self.current_id, _title_of(text))
+            target = Path(self.settings.target).name
+            reply = self.store.add_message(self.current_id, Role.ASSISTANT, "", target, drafter_label(self.settings.drafter),
+                                           self.settings.to_json())
+        except StoreError as exc:
+            self.sig_notice.emit(Notice(str(exc)))
+            return False
+        self.messages += [user, reply]
+        self.sig_message_added.emit(user)
+        self.sig_message_added.emit(reply)
+        self._emit_conversations()
+        messages = history + [{"role": "user", "content": text}]
+        recorder = ReplyRecorder(
+            self.store, self.current_id, user, reply, auto=self.settings.draft_max == AUTO,
+            on_tokens=self._recorder_tokens, on_stats=self._recorder_stats,
+            on_finished=self._recorder_finished, on_notice=self.sig_notice.emit,
+        )
+        self.chat_reply = recorder
+        self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
+        self.ensure_loaded()
+        self.request_reply(messages, self.generation_settings(), recorder)
+        self.sig_busy.emit(True)
+        return True
+
+    def history(self) -> list[dict[str, str]]:
+        """The open conversation as the engine wants it, system prompt first."""
+        out = [{"role": "system", "content": self.settings.system_prompt}] if self.settings.system_prompt.strip() else []
+        for m in self.messages:
+            text = m.text
+            if m.role == Role.ASSISTANT and not text:
+                continue
+            out.append({"role": m.role.value, "content": text})
+        return out
+
+    def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler) -> int:
+        """Queue a reply on the engine thread; events go to `handler` in batches."""
+        rid = next(self._ids)
+        self._handlers[rid] = handler
+        self.worker.arm()
+        self._request_reply.emit(ReplyRequest(rid, tuple(messages), settings))
+        return rid
+
+    def stop(self) -> None:
+        """Stop the running reply (takes effect within one round)."""
+        self.worker.stop()
+
+    def _on_event(self, rid: int, event: object) -> None:
+        self._pending.setdefault(rid, []).append(event)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for rid, events in pending.items():
+            handler = self._handlers.get(rid)
+            if handler is not None and events:
+                handler.on_events(events)
+        if not self._pending:
+            self._flush_timer.stop()
+
+    def _on_reply_failed(self, rid: int, exc: BaseException) -> None:
+        self.flush()
+        handler = self._handlers.get(rid)
+        if handler is not None:
+            handler.on_failed(exc)
+
+    def _on_reply_finished(self, rid: int) -> None:
+        self.flush()
+        handler = self._handlers.pop(rid, None)
+        if handler is not None:
+            handler.on_finished()
+
+    # -- the chat reply's callbacks -------------------------------------------------------------
+    def _showing(self, recorder: ReplyRecorder) -> bool:
+        return recorder.conversation_id == self.current_id and not recorder.orphaned
+
+    def _recorder_tokens(self, message: Message, tokens: list) -> None:
+        rec = self.chat_reply
+        if rec is not None and self._showing(rec):
+            self.sig_tokens.emit(message, tokens)
+
+    def _recorder_stats(self, stats: ReplyStats) -> None:
+        rec = self.chat_reply
+        if rec is not None and self._showing(rec):
+            self.sig_stats.emit(stats.snapshot(), "This reply" if stats.final else "This reply (streaming)")
+
+    def _recorder_finished(self, rec: ReplyRecorder) -> None:
+        self.chat_reply = None
+        self.sig_busy.emit(False)
+        if rec.orphaned:
+            return
+        if rec.error is not None and self.loaded is None and self.load_error is not None:
+            rec.error = self.load_error  # "no model is loaded" because loading failed: say why
+        if rec.done is None and not rec.message.tokens:
+            # Failed before any token: take the exchange back and return the text to the input box.
+            for m in (rec.message, rec.user):
+                try:
+                    self.store.delete_message(m.id)
+                except StoreError:
+                    pass
+            if self._showing(rec):
+                self.messages = [m for m in self.messages if m.id not in (rec.message.id, rec.user.id)]
+                self.sig_messages.emit(self.messages)
+                self.sig_input_restore.emit(rec.user.content)
+            if rec.error is not None:
+                self.sig_notice.emit(explain(rec.error))
+            self._emit_conversations()
+            return
+        if self._showing(rec):
+            self.sig_reply_finished.emit(rec.message)
+        if rec.error is not None:
+            self.sig_notice.emit(explain(rec.error))
+        elif rec.done is not None and rec.done.finish_reason == FinishReason.CONTEXT_FULL:
+            self.sig_notice.emit(CONTEXT_FULL_NOTICE)
+        elif rec.done is not None and rec.done.stats.note:
+            self.sig_notice.emit(Notice(rec.done.stats.note[:1].upper() + rec.done.stats.note[1:] + ".", Level.INFO))
+        self._emit_conversations()
+
+
+def _title_of(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+

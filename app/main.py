@@ -1,0 +1,40 @@
+"""Start the desktop app: `draftlight` or `python -m app`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="draftlight", description="A local chat that shows speculative decoding at work.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    args, qt_args = parser.parse_known_args(argv)
+    if args.version:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"draftlight {version('draftlight')}")
+        except PackageNotFoundError:
+            print("draftlight (not installed as a package)")
+        return 0
+    from PySide6.QtWidgets import QApplication
+
+    from .qt_check import emit_bug
+
+    problem = emit_bug()
+    if problem:
+        print(f"draftlight: {problem}", file=sys.stderr)
+        return 2
+    from .window import MainWindow
+
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    app.setApplicationName("Draftlight")
+    app.setApplicationDisplayName("Draftlight")
+    app.setDesktopFileName("draftlight")
+    window = MainWindow()
+    window.show()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

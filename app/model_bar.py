@@ -1,0 +1,157 @@
+"""The bar above the chat: target picker, drafter picker, draft length, sampling popover."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QWidget,
+)
+
+from .model_scan import DrafterOption, ModelEntry, human_bytes
+from .sampling_popover import SamplingPopover
+from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings
+
+BROWSE = "__browse__"
+
+
+class ModelBar(QWidget):
+    """Choices for the next reply. Emits what the person picked; it does not load anything itself."""
+
+    sig_target_chosen = Signal(str)
+    """A target model path was picked (from the list or a file dialog)."""
+    sig_drafter_chosen = Signal(str)
+    """'none', 'lookup' or a drafter model path was picked."""
+    sig_draft_length = Signal(object)
+    """Draft length changed: an int 1-16, or 'auto'."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.target = QComboBox()
+        self.target.setObjectName("target_picker")
+        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.target.setMinimumContentsLength(18)
+        self.target.setToolTip("The model whose answer you get")
+        self.drafter = QComboBox()
+        self.drafter.setObjectName("drafter_picker")
+        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.drafter.setMinimumContentsLength(14)
+        self.drafter.setToolTip("Who proposes tokens for the target to check: a small model with the same "
+                                "vocabulary, prompt lookup (copies from the conversation), or none")
+        self.length = QSlider(Qt.Orientation.Horizontal)
+        self.length.setObjectName("draft_length")
+        self.length.setRange(1, 16)
+        self.length.setPageStep(1)
+        self.length.setFixedWidth(110)
+        self.length.setToolTip("Tokens drafted per round")
+        self.length_label = QLabel()
+        self.length_label.setMinimumWidth(34)
+        self.auto = QCheckBox("Auto")
+        self.auto.setToolTip("Let the engine choose the draft length from measured costs, down to no drafting "
+                             "when speculation would be slower")
+        self.sampling_button = QPushButton("Sampling ▾")
+        self.sampling = SamplingPopover(self)
+        self.sampling_button.clicked.connect(lambda: self.sampling.popup_under(self.sampling_button))
+        lay.addWidget(QLabel("Target"))
+        lay.addWidget(self.target, 2)
+        lay.addSpacing(6)
+        lay.addWidget(QLabel("Drafter"))
+        lay.addWidget(self.drafter, 2)
+        lay.addSpacing(6)
+        lay.addWidget(QLabel("Draft"))
+        lay.addWidget(self.length)
+        lay.addWidget(self.length_label)
+        lay.addWidget(self.auto)
+        lay.addSpacing(6)
+        lay.addWidget(self.sampling_button)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.target.activated.connect(self._target_activated)
+        self.drafter.activated.connect(lambda _i: self.sig_drafter_chosen.emit(str(self.drafter.currentData())))
+        self.length.valueChanged.connect(self._length_changed)
+        self.auto.toggled.connect(self._length_changed)
+        self._targets: list[ModelEntry] = []
+        self._target_index = 0
+
+    # -- filling -------------------------------------------------------------------------
+    def set_models(self, models: list[ModelEntry], current: str) -> None:
+        self._targets = list(models)
+        self.target.blockSignals(True)
+        self.target.clear()
+        if not models and not current:
+            self.target.addItem("No model installed: open Models…", "")
+        for m in models:
+            self.target.addItem(m.label, str(m.path))
+            self.target.setItemData(self.target.count() - 1, f"{m.path}\n{m.architecture}, {human_bytes(m.size_bytes)}",
+                                    Qt.ItemDataRole.ToolTipRole)
+        if current and self.target.findData(current) < 0:
+            self.target.addItem(Path(current).name, current)
+        self.target.addItem("Choose a GGUF file…", BROWSE)
+        i = self.target.findData(current) if current else 0
+        self.target.setCurrentIndex(max(0, i))
+        self._target_index = self.target.currentIndex()
+        self.target.blockSignals(False)
+
+    def set_drafters(self, options: list[DrafterOption], current: str) -> None:
+        """Only compatible drafters are offered; then prompt lookup and none."""
+        self.drafter.blockSignals(True)
+        self.drafter.clear()
+        for o in options:
+            if not o.compatible:
+                continue
+            self.drafter.addItem(o.model.label, str(o.model.path))
+            tip = f"{o.model.path}" + (f"\nNote: {o.warning}" if o.warning else "")
+            self.drafter.setItemData(self.drafter.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.drafter.addItem("prompt lookup", DRAFT_LOOKUP)
+        self.drafter.setItemData(self.drafter.count() - 1,
+                                 "Drafts by copying what followed the same words earlier in the conversation: "
+                                 "no second model, good for edits of given text", Qt.ItemDataRole.ToolTipRole)
+        self.drafter.addItem("none (plain decoding)", DRAFT_NONE)
+        i = self.drafter.findData(current)
+        self.drafter.setCurrentIndex(i if i >= 0 else self.drafter.findData(DRAFT_LOOKUP))
+        self.drafter.blockSignals(False)
+
+    def drafter_choices(self) -> list[str]:
+        return [str(self.drafter.itemData(i)) for i in range(self.drafter.count())]
+
+    def current_drafter(self) -> str:
+        return str(self.drafter.currentData())
+
+    def set_settings(self, s: AppSettings) -> None:
+        self.length.blockSignals(True)
+        self.auto.blockSignals(True)
+        self.auto.setChecked(s.draft_max == AUTO)
+        self.length.setValue(4 if s.draft_max == AUTO else int(s.draft_max))
+        self.length.setEnabled(s.draft_max != AUTO)
+        self.length_label.setText("" if s.draft_max == AUTO else f"k = {int(s.draft_max)}")
+        self.length.blockSignals(False)
+        self.auto.blockSignals(False)
+        self.sampling.set_values(s)
+
+    # -- reacting --------------------------------------------------------------------------
+    def _target_activated(self, index: int) -> None:
+        data = self.target.itemData(index)
+        if data == BROWSE:
+            self.target.setCurrentIndex(self._target_index)  # the browse row is an action, not a choice
+            path, _ = QFileDialog.getOpenFileName(self, "Choose a target model", str(Path.home()), "GGUF models (*.gguf)")
+            if not path:
+                return
+            data = path
+        self._target_index = self.target.currentIndex()
+        if data:
+            self.sig_target_chosen.emit(str(data))
+
+    def _length_changed(self, *_args) -> None:
+        auto = self.auto.isChecked()
+        self.length.setEnabled(not auto)
+        self.length_label.setText("" if auto else f"k = {self.length.value()}")
+        self.sig_draft_length.emit(AUTO if auto else self.length.value())

@@ -1,0 +1,165 @@
+"""Which models are installed, and which of them can draft for a target (no Qt: runs off the GUI thread).
+
+Uses engine.modelstore when it is there; otherwise reads the GGUF headers itself with the
+engine's validator and llama.cpp's pairing rules (engine.compat), loading no weights.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import paths
+from engine.compat import incompatibilities, vocab_of_file
+from engine.errors import EngineError
+from engine.gguf_check import validate_gguf
+
+try:  # the models API (another part of the engine) may not be installed in this tree yet
+    from engine import modelstore as _store
+except ImportError:  # pragma: no cover - depends on the tree
+    _store = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """An installed GGUF model, as the pickers show it."""
+
+    path: Path
+    """The file."""
+    name: str
+    """Model name from its metadata (or the file name)."""
+    architecture: str
+    """e.g. 'qwen2', 'llama'."""
+    n_params: int
+    """Parameter count."""
+    quantization: str
+    """e.g. 'Q4_K_M'."""
+    size_bytes: int
+    """File size."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} · {human_params(self.n_params)} · {self.quantization}"
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterOption:
+    """A model considered as drafter for a target."""
+
+    model: ModelEntry
+    """The candidate."""
+    compatible: bool
+    """llama.cpp's pairing rules pass."""
+    reasons: tuple[str, ...]
+    """Why not, when incompatible."""
+    warning: str | None
+    """A pairing that works but is unlikely to help (e.g. a drafter as big as the target)."""
+
+
+def human_params(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K" if n >= 1e3 else str(n)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _entry_of_record(r) -> ModelEntry:  # engine.modelstore.ModelRecord
+    return ModelEntry(Path(r.path), r.name, r.architecture, int(r.n_params or 0), r.quantization, int(r.size_bytes or 0))
+
+
+def _entry_of_file(path: Path) -> ModelEntry:
+    info = validate_gguf(path, read_tokens=False)
+    return ModelEntry(path, info.name, info.architecture, info.n_params, info.quantization, info.size)
+
+
+def models_folder() -> Path:
+    return Path(_store.models_folder()) if _store is not None and hasattr(_store, "models_folder") else paths.models_dir()
+
+
+def list_models(extra: Iterable[Path | str] = ()) -> tuple[list[ModelEntry], list[str]]:
+    """Installed models (the model folder, plus `extra` files chosen elsewhere), and problems in words."""
+    found: dict[Path, ModelEntry] = {}
+    problems: list[str] = []
+    if _store is not None:
+        try:
+            records, bad = _store.scan()
+        except (EngineError, OSError) as exc:
+            records, bad = [], [(None, str(exc))]
+        for r in records:
+            found[Path(r.path).resolve()] = _entry_of_record(r)
+        problems += [reason for _path, reason in bad]
+    else:
+        folder = paths.models_dir()
+        for p in sorted(folder.glob("*.gguf")) if folder.is_dir() else []:
+            try:
+                found[p.resolve()] = _entry_of_file(p)
+            except EngineError as exc:
+                problems.append(str(exc))
+    for p in extra:
+        p = Path(p)
+        if not str(p) or p.resolve() in found or not p.is_file():
+            continue
+        try:
+            found[p.resolve()] = _entry_of_file(p)
+        except EngineError as exc:
+            problems.append(str(exc))
+    # Largest first: the target picker starts with the likely target.
+    return sorted(found.values(), key=lambda e: (-e.n_params, e.name)), problems
+
+
+def drafter_options(target: Path, candidates: Sequence[ModelEntry]) -> list[DrafterOption]:
+    """Every other model judged as drafter for `target`: compatible first, smallest first."""
+    target = Path(target)
+    others = [c for c in candidates if c.path.resolve() != target.resolve()]
+    if not others:
+        return []
+    if _store is not None and hasattr(_store, "pair_options"):
+        try:
+            return _store_options(target, others)
+        except EngineError:
+            raise
+        except Exception:  # noqa: BLE001 - the models API misbehaved: judge the pairs here instead
+            pass
+    return _local_options(target, others)
+
+
+def _store_options(target: Path, others: Sequence[ModelEntry]) -> list[DrafterOption]:
+    by_path = {c.path.resolve(): c for c in others}
+    records = []
+    for c in others:
+        try:
+            records.append(_store.verify(c.path))
+        except EngineError:
+            continue  # vanished or damaged since the listing: not offered
+    out = []
+    for o in _store.pair_options(target, records):
+        entry = by_path.get(Path(o.drafter.path).resolve()) or _entry_of_record(o.drafter)
+        out.append(DrafterOption(entry, bool(o.compatible), tuple(o.reasons), o.warning))
+    return out
+
+
+def _local_options(target: Path, others: Sequence[ModelEntry]) -> list[DrafterOption]:
+    tinfo = validate_gguf(target, read_tokens=True)
+    tvocab = vocab_of_file(tinfo)
+    out = []
+    for c in others:
+        try:
+            why = incompatibilities(tvocab, vocab_of_file(validate_gguf(c.path, read_tokens=True)))
+        except EngineError as exc:
+            why = [str(exc)]
+        warning = None
+        if not why and c.n_params >= tinfo.n_params:
+            warning = "it is not smaller than the target, so it cannot make it faster"
+        out.append(DrafterOption(c, not why, tuple(why), warning))
+    return sorted(out, key=lambda o: (not o.compatible, o.model.n_params))

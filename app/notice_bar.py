@@ -1,0 +1,63 @@
+"""A bar above the chat for errors and notices: what happened, what to do, and a button to do it."""
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+
+from .errors import Action, Level, Notice
+from .theme import OKABE_ITO
+
+_ACTION_LABELS = {Action.OPEN_MODELS: "Open Models…", Action.NEW_CHAT: "New chat", Action.SETTINGS: "Settings…"}
+_LEVEL_COLOURS = {Level.INFO: OKABE_ITO["sky_blue"], Level.WARNING: OKABE_ITO["orange"],
+                  Level.ERROR: OKABE_ITO["vermillion"]}
+_LEVEL_WORDS = {Level.INFO: "Note", Level.WARNING: "Warning", Level.ERROR: "Problem"}
+
+
+class NoticeBar(QFrame):
+    """Hidden until `show_notice`; the newest notice replaces the previous one."""
+
+    sig_action = Signal(object)
+    """The notice's button was pressed (Action)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("notice_bar")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(10, 6, 6, 6)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setObjectName("notice_text")
+        self.action_button = QPushButton()
+        self.close_button = QPushButton("✕")
+        self.close_button.setFlat(True)
+        self.close_button.setFixedWidth(28)
+        self.close_button.setToolTip("Dismiss")
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.action_button)
+        lay.addWidget(self.close_button)
+        self.close_button.clicked.connect(self.hide)
+        self.action_button.clicked.connect(self._act)
+        self.notice: Notice | None = None
+        self.hide()
+
+    def show_notice(self, notice: Notice) -> None:
+        self.notice = notice
+        colour = _LEVEL_COLOURS[notice.level]
+        self.setStyleSheet(f"#notice_bar {{ border: 1px solid {colour}; border-left: 6px solid {colour}; "
+                           "border-radius: 3px; }")
+        self.label.setText(f"<b>{_LEVEL_WORDS[notice.level]}:</b> {html.escape(notice.text)}")
+        label = _ACTION_LABELS.get(notice.action)
+        self.action_button.setVisible(label is not None)
+        if label:
+            self.action_button.setText(label)
+        self.show()
+
+    def text(self) -> str:
+        return self.notice.text if self.notice and self.isVisible() else ""
+
+    def _act(self) -> None:
+        if self.notice is not None:
+            self.sig_action.emit(self.notice.action)
+            self.hide()

@@ -1,0 +1,86 @@
+"""What a conversation is made of, in memory: messages, and for replies every round and token.
+
+Reply provenance reuses the engine's own event dataclasses (RoundEvent, TokenEvent, Stats):
+the store writes them as they arrive and reads them back unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from engine.events import FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
+
+
+class Role(str, Enum):
+    """Who wrote a message."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One chat in the list."""
+
+    id: int
+    """Database id."""
+    title: str
+    """Shown in the list; the first words of the first message until renamed."""
+    updated: float
+    """Unix time of the last change (the list is newest first)."""
+
+
+@dataclass(slots=True)
+class Message:
+    """One message; a reply also carries its rounds and tokens (GUI thread only)."""
+
+    id: int
+    """Database id."""
+    role: Role
+    """User or assistant."""
+    content: str
+    """The text (for a reply: final text once finished)."""
+    target: str = ""
+    """Target model file name (replies)."""
+    drafter: str = ""
+    """Drafter label (replies)."""
+    tokens: list[TokenEvent] = field(default_factory=list)
+    """Every emitted token, in order."""
+    rounds: dict[int, RoundEvent] = field(default_factory=dict)
+    """Every round, by number."""
+    finish_reason: FinishReason | None = None
+    """Why the reply ended (None: still streaming, or interrupted by a crash)."""
+    stats: Stats | None = None
+    """The engine's totals once finished."""
+    error: str = ""
+    """What went wrong, if the reply failed part-way."""
+
+    @property
+    def text(self) -> str:
+        if self.role == Role.USER or self.finish_reason is not None:
+            return self.content
+        return "".join(t.text for t in self.tokens)
+
+    @property
+    def finished(self) -> bool:
+        return self.role == Role.USER or self.finish_reason is not None
+
+
+def round_from_dict(d: dict[str, Any]) -> RoundEvent:
+    names = {f.name for f in fields(RoundEvent) if f.init}
+    kw = {k: v for k, v in d.items() if k in names}
+    for k in ("drafted", "drafted_text", "rejected", "rejected_text"):
+        kw[k] = tuple(kw.get(k, ()))
+    return RoundEvent(**kw)
+
+
+def stats_from_dict(d: dict[str, Any]) -> Stats:
+    names = {f.name for f in fields(Stats) if f.init}
+    kw = {k: v for k, v in d.items() if k in names}
+    kw["acceptance_by_position"] = tuple(kw.get("acceptance_by_position", ()))
+    return Stats(**kw)
+
+
+def token(index: int, text: str, token_id: int, source: str, round_: int, p: float | None, q: float | None) -> TokenEvent:
+    return TokenEvent(text=text, token_id=token_id, source=TokenSource(source), round=round_, p=p, q=q, index=index)

@@ -1,0 +1,83 @@
+"""Follows one chat reply: saves each batch of rounds and tokens, then hands it to the window.
+
+Order matters for "a crash loses nothing already shown": a batch is committed to SQLite
+(one transaction) before the view is told about it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+
+from .errors import Notice, explain
+from .records import Message
+from .reply_stats import ReplyStats
+from .store import ChatStore, StoreError
+
+
+class ReplyRecorder:
+    """Handler of one reply request (GUI thread). The controller routes batches of events here."""
+
+    def __init__(self, store: ChatStore, conversation_id: int, user: Message, reply: Message, auto: bool,
+                 on_tokens: Callable[[Message, list[TokenEvent]], None],
+                 on_stats: Callable[[ReplyStats], None],
+                 on_finished: Callable[["ReplyRecorder"], None],
+                 on_notice: Callable[[Notice], None]) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.user = user
+        self.message = reply
+        self.stats = ReplyStats(auto)
+        self.done: DoneEvent | None = None
+        self.error: BaseException | None = None
+        self.orphaned = False  # its conversation was deleted: stop writing
+        self._on_tokens, self._on_stats, self._on_finished, self._on_notice = on_tokens, on_stats, on_finished, on_notice
+        self._store_failed = False
+
+    def on_events(self, events: Sequence[Event]) -> None:
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        tokens = [e for e in events if isinstance(e, TokenEvent)]
+        done = next((e for e in events if isinstance(e, DoneEvent)), None)
+        self._save(lambda: self.store.append(self.message.id, rounds, tokens))
+        for r in rounds:
+            self.message.rounds[r.round] = r
+            self.stats.add_round(r)
+        self.message.tokens.extend(tokens)
+        if tokens:
+            self._on_tokens(self.message, tokens)
+        if done is not None:
+            self.done = done
+            self.stats.finish(done.stats)
+        if rounds or done is not None:
+            self._on_stats(self.stats)
+
+    def on_failed(self, exc: BaseException) -> None:
+        self.error = exc
+
+    def on_finished(self) -> None:
+        """After the last batch: the reply ended, or failed."""
+        m = self.message
+        if self.done is not None:
+            m.content = self.done.text
+            m.finish_reason = self.done.finish_reason
+            m.stats = self.done.stats
+            self._save(lambda: self.store.finish(m.id, self.done, m.content))
+        elif self.error is not None and m.tokens:
+            from engine.events import FinishReason
+
+            m.content = "".join(t.text for t in m.tokens)
+            m.finish_reason = FinishReason.CANCELLED
+            m.error = f"failed: {explain(self.error).text}"
+            self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
+        self._on_finished(self)
+
+    def _save(self, write: Callable[[], None]) -> None:
+        if self.orphaned:
+            return
+        try:
+            write()
+        except StoreError as exc:
+            if not self._store_failed:  # say it once per reply, keep showing the reply
+                self._store_failed = True
+                self._on_notice(Notice(f"This reply is not being saved: {exc}. Free some disk space or check "
+                                       "that the data folder is writable."))

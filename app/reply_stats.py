@@ -1,0 +1,152 @@
+"""Running numbers for one reply, from its rounds as they arrive (no Qt), and the verdict in words."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.events import RoundEvent, Stats
+
+HELPING = 1.05
+HURTING = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    """What the stats panel shows at one moment."""
+
+    tokens: int
+    """Tokens emitted so far."""
+    rounds: int
+    """Draft-verify rounds so far."""
+    drafted: int
+    """Draft tokens proposed."""
+    accepted: int
+    """Draft tokens the target kept."""
+    acceptance_rate: float | None
+    """accepted / drafted (None before anything was drafted)."""
+    mean_accepted: float | None
+    """Accepted tokens per round that drafted."""
+    tokens_per_s: float
+    """Cumulative reply speed (the engine's, not per-round bursts)."""
+    draft_s: float
+    """Seconds spent drafting."""
+    verify_s: float
+    """Seconds spent verifying."""
+    estimated_speedup: float | None
+    """Speed against the engine's estimate of plain decoding."""
+    by_position: tuple[float, ...]
+    """Share accepted at each draft position, of the rounds that reached it."""
+    speed_series: tuple[tuple[int, float], ...]
+    """(tokens so far, tokens/s) after each round."""
+    auto: bool
+    """Draft length chosen by Auto."""
+    finished: bool
+    """The reply is over."""
+
+
+class ReplyStats:
+    """Accumulates a reply's RoundEvents; the final Stats, once known, take precedence."""
+
+    def __init__(self, auto: bool = True) -> None:
+        self.auto = auto
+        self.rounds = 0
+        self.tokens = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.drafting_rounds = 0
+        self.draft_s = 0.0
+        self.verify_s = 0.0
+        self.tokens_per_s = 0.0
+        self.speedup: float | None = None
+        self.tried: list[int] = []
+        self.ok: list[int] = []
+        self.series: list[tuple[int, float]] = []
+        self.final: Stats | None = None
+
+    @classmethod
+    def of_rounds(cls, rounds: list[RoundEvent], final: Stats | None, auto: bool) -> "ReplyStats":
+        s = cls(auto)
+        for r in rounds:
+            s.add_round(r)
+        if final is not None:
+            s.finish(final)
+        return s
+
+    def add_round(self, r: RoundEvent) -> None:
+        self.rounds += 1
+        self.tokens += r.emitted
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+        self.tokens_per_s = r.tokens_per_s
+        if r.estimated_speedup is not None:
+            self.speedup = r.estimated_speedup
+        n = len(r.drafted)
+        if n:
+            self.drafting_rounds += 1
+            self.drafted += n
+            self.accepted += r.accepted
+            while len(self.tried) < n:
+                self.tried.append(0)
+                self.ok.append(0)
+            # Position i was tried when every earlier position was accepted (as the engine counts).
+            for i in range(min(n, r.accepted + 1)):
+                self.tried[i] += 1
+                self.ok[i] += i < r.accepted
+        self.series.append((self.tokens, r.tokens_per_s))
+
+    def finish(self, stats: Stats) -> None:
+        self.final = stats
+        self.auto = stats.draft_mode == "auto"
+
+    def snapshot(self) -> StatsSnapshot:
+        f = self.final
+        if f is not None:
+            return StatsSnapshot(
+                tokens=f.tokens, rounds=f.rounds, drafted=f.drafted, accepted=f.accepted,
+                acceptance_rate=f.acceptance_rate if f.drafted else None,
+                mean_accepted=f.mean_accepted_per_round if f.drafted else None,
+                tokens_per_s=f.tokens_per_s, draft_s=f.draft_s, verify_s=f.verify_s,
+                estimated_speedup=f.estimated_speedup, by_position=tuple(f.acceptance_by_position),
+                speed_series=tuple(self.series), auto=self.auto, finished=True,
+            )
+        return StatsSnapshot(
+            tokens=self.tokens, rounds=self.rounds, drafted=self.drafted, accepted=self.accepted,
+            acceptance_rate=self.accepted / self.drafted if self.drafted else None,
+            mean_accepted=self.accepted / self.drafting_rounds if self.drafting_rounds else None,
+            tokens_per_s=self.tokens_per_s, draft_s=self.draft_s, verify_s=self.verify_s,
+            estimated_speedup=self.speedup,
+            by_position=tuple(ok / n for ok, n in zip(self.ok, self.tried) if n),
+            speed_series=tuple(self.series), auto=self.auto, finished=False,
+        )
+
+
+class Verdict(str):
+    """A sentence, with `tone` for its colour: 'good', 'bad' or 'neutral'."""
+
+    tone: str
+
+    def __new__(cls, text: str, tone: str) -> "Verdict":
+        v = super().__new__(cls, text)
+        v.tone = tone
+        return v
+
+
+def verdict(s: StatsSnapshot) -> Verdict:
+    """Is speculation paying off on this machine, in plain words."""
+    if s.rounds == 0:
+        return Verdict("Waiting for the first round…", "neutral")
+    if s.drafted == 0:
+        if s.auto and s.rounds > 1:
+            return Verdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
+                           "neutral")
+        return Verdict("Plain decoding: nothing was drafted.", "neutral")
+    x = s.estimated_speedup
+    if x is None:
+        return Verdict("Measuring the speed of plain decoding…", "neutral")
+    if x >= HELPING:
+        return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", "good")
+    if x <= HURTING:
+        if s.auto:
+            return Verdict(f"Speculation is slowing this down ({x:.2f}× plain decoding): Auto is shortening the "
+                           "drafts and turns drafting off if it stays slower.", "bad")
+        return Verdict(f"Speculation is slowing this down ({x:.2f}× plain decoding): Auto would turn it off.", "bad")
+    return Verdict(f"About even with plain decoding ({x:.2f}×).", "neutral")

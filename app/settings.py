@@ -1,0 +1,168 @@
+"""The person's choices, kept as JSON in the config folder and written atomically.
+
+A damaged settings file is renamed aside (with a timestamp) and replaced by defaults; the
+window says so. Unknown keys are ignored and bad values fall back to their default one by one,
+so a file written by another version still loads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from engine import paths
+
+from .theme import Theme
+
+FILE_NAME = "settings.json"
+AUTO = "auto"
+DRAFT_NONE = "none"
+DRAFT_LOOKUP = "lookup"
+
+
+@dataclass(frozen=True, slots=True)
+class AppSettings:
+    """Everything the app remembers between runs."""
+
+    target: str = ""
+    """Path of the target model (empty: none chosen yet)."""
+    drafter: str = DRAFT_LOOKUP
+    """'none', 'lookup', or the path of a drafter model."""
+    draft_max: int | str = AUTO
+    """Draft length 1-16, or 'auto'."""
+    temperature: float = 0.0
+    """0 = greedy."""
+    top_k: int = 40
+    """Keep the k most likely tokens (0 = all)."""
+    top_p: float = 0.95
+    """Nucleus sampling mass."""
+    min_p: float = 0.05
+    """Drop tokens below min_p times the top probability."""
+    seed: int | None = None
+    """Random seed (None = fresh)."""
+    max_tokens: int = 512
+    """Longest reply."""
+    system_prompt: str = ""
+    """Sent first in every conversation (empty: none)."""
+    n_ctx: int = 4096
+    """Context length in tokens."""
+    n_gpu_layers: int = -1
+    """Layers offloaded to a GPU (-1 = all, 0 = none)."""
+    n_threads: int | None = None
+    """CPU threads (None = all cores)."""
+    theme: Theme = Theme.SYSTEM
+    """Light, dark, or follow the system."""
+    highlight: bool = True
+    """Colour tokens by source."""
+    show_rejected: bool = False
+    """Show rejected draft tokens, struck through, before their correction."""
+    rendered: bool = False
+    """Show finished replies as rendered Markdown instead of the token view."""
+    first_run_done: bool = False
+    """The first-run offer of the default pair was shown."""
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["theme"] = self.theme.value
+        return d
+
+
+_CHECKS = {
+    "draft_max": lambda v: v == AUTO or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16),
+    "temperature": lambda v: isinstance(v, (int, float)) and 0 <= v <= 5,
+    "top_k": lambda v: isinstance(v, int) and v >= 0,
+    "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
+    "min_p": lambda v: isinstance(v, (int, float)) and 0 <= v < 1,
+    "seed": lambda v: v is None or isinstance(v, int),
+    "max_tokens": lambda v: isinstance(v, int) and 1 <= v <= 1_000_000,
+    "n_ctx": lambda v: isinstance(v, int) and 0 <= v <= 10_000_000,
+    "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
+    "n_threads": lambda v: v is None or (isinstance(v, int) and v >= 1),
+}
+
+
+def _coerce(data: dict[str, Any]) -> AppSettings:
+    defaults = AppSettings()
+    values: dict[str, Any] = {}
+    for f in fields(AppSettings):
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        default = getattr(defaults, f.name)
+        if f.name == "theme":
+            try:
+                values["theme"] = Theme(v)
+            except ValueError:
+                pass
+            continue
+        check = _CHECKS.get(f.name)
+        if check is not None:
+            if check(v):
+                values[f.name] = float(v) if isinstance(default, float) else v
+        elif isinstance(default, bool):
+            if isinstance(v, bool):
+                values[f.name] = v
+        elif isinstance(default, str) and isinstance(v, str):
+            values[f.name] = v
+    return replace(defaults, **values)
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / FILE_NAME
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged file to NAME.damaged-YYYYmmdd-HHMMSS and return the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while dest.exists():
+        dest = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+        n += 1
+    path.rename(dest)
+    return dest
+
+
+def load_settings(path: Path | None = None) -> tuple[AppSettings, str | None]:
+    """The saved settings and, when the file was damaged, a message saying where it was moved."""
+    path = path or settings_path()
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return AppSettings(), None
+    except OSError as exc:
+        return AppSettings(), f"Could not read the settings ({exc.strerror}); using defaults."
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        try:
+            moved = set_aside(path)
+        except OSError:
+            return AppSettings(), f"The settings file is damaged ({exc}) and could not be moved; using defaults."
+        return AppSettings(), f"The settings file was damaged; it was kept as {moved.name} and defaults are in use."
+    return _coerce(data), None
+
+
+def save_settings(settings: AppSettings, path: Path | None = None) -> None:
+    """Write atomically: a crash mid-write leaves the old file, never half a file."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(settings.to_json(), fh, indent=2, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

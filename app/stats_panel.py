@@ -1,0 +1,97 @@
+"""The live numbers of the reply on screen, the verdict in words, and two charts."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QVBoxLayout, QWidget
+
+from .charts import AcceptanceChart, SpeedChart
+from .reply_stats import StatsSnapshot, verdict
+from .theme import OKABE_ITO
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+class StatsPanel(QFrame):
+    """Shows a StatsSnapshot; `show_snapshot(None)` clears it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setMinimumWidth(250)
+        lay = QVBoxLayout(self)
+        self.heading = QLabel("<b>This reply</b>")
+        lay.addWidget(self.heading)
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        form.setHorizontalSpacing(12)
+        self.fields: dict[str, QLabel] = {}
+        for key, label, tip in (
+            ("acceptance", "Acceptance", "Share of drafted tokens the target kept"),
+            ("mean", "Accepted per round", "Mean accepted draft tokens in rounds that drafted"),
+            ("speed", "Tokens/s", "Cumulative: tokens so far / generation time"),
+            ("rounds", "Rounds", "Draft-verify rounds (plain decoding: one per token)"),
+            ("tokens", "Tokens", "Tokens in the reply so far"),
+            ("time", "Drafting / verifying", "Seconds the drafter spent proposing / the target verifying"),
+            ("speedup", "Estimated speedup", "Against plain decoding of the target, from measured costs"),
+        ):
+            value = QLabel("–")
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setObjectName(f"stat_{key}")
+            name = QLabel(label)
+            name.setToolTip(tip)
+            value.setToolTip(tip)
+            form.addRow(name, value)
+            self.fields[key] = value
+        lay.addLayout(form)
+        self.verdict = QLabel("")
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setMinimumHeight(48)
+        self.verdict.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        lay.addWidget(self.verdict)
+        self.acceptance_chart = AcceptanceChart()
+        self.speed_chart = SpeedChart()
+        lay.addWidget(self.acceptance_chart)
+        lay.addWidget(self.speed_chart)
+        lay.addStretch(1)
+        self.snapshot: StatsSnapshot | None = None
+
+    def show_snapshot(self, s: StatsSnapshot | None, title: str = "This reply") -> None:
+        self.snapshot = s
+        self.heading.setText(f"<b>{title}</b>")
+        if s is None:
+            for v in self.fields.values():
+                v.setText("–")
+            self.verdict.setText("Send a message to see how the drafter does.")
+            self.verdict.setStyleSheet("")
+            self.acceptance_chart.set_values(())
+            self.speed_chart.set_points(())
+            return
+        f = self.fields
+        f["acceptance"].setText(f"{_pct(s.acceptance_rate)}  ({s.accepted}/{s.drafted})" if s.drafted else "– (no drafts)")
+        f["mean"].setText(_num(s.mean_accepted))
+        f["speed"].setText(f"{s.tokens_per_s:.1f}")
+        f["rounds"].setText(str(s.rounds))
+        f["tokens"].setText(str(s.tokens))
+        total = s.draft_s + s.verify_s
+        share = f"  ({s.draft_s / total:.0%} drafting)" if total > 0 else ""
+        f["time"].setText(f"{s.draft_s:.2f} s / {s.verify_s:.2f} s{share}")
+        f["speedup"].setText(_num(s.estimated_speedup, "{:.2f}×"))
+        v = verdict(s)
+        self.verdict.setText(v)
+        colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
+        # A bar at the left edge carries the tone; the words say it too.
+        self.verdict.setStyleSheet(
+            f"QLabel {{ border-left: 4px solid {QColor(colour).name()}; padding-left: 6px; }}" if colour
+            else "QLabel { padding-left: 10px; }"
+        )
+        self.acceptance_chart.set_values(s.by_position)
+        plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup else None
+        self.speed_chart.set_points(s.speed_series, plain)

@@ -1,0 +1,183 @@
+"""Light and dark themes, and the look of each token source.
+
+Colours come from the Okabe-Ito palette (safe for the common colour-vision deficiencies), and
+every source also differs without colour, so the view reads in greyscale too:
+
+| source     | colour cue                  | second cue                      |
+|------------|-----------------------------|---------------------------------|
+| accepted   | bluish-green shading        | shaded background               |
+| correction | vermillion text             | bold, wavy underline            |
+| bonus      | blue text                   | italic, dotted underline        |
+| target     | none                        | plain text                      |
+| rejected   | reddish-purple, dimmed      | struck through                  |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat
+from PySide6.QtWidgets import QApplication
+
+from engine.events import TokenSource
+
+
+class Theme(str, Enum):
+    """Which palette the window uses."""
+
+    SYSTEM = "system"
+    LIGHT = "light"
+    DARK = "dark"
+
+
+class Mark(str, Enum):
+    """What a piece of reply text is, for styling: a token source, or a rejected draft token."""
+
+    ACCEPTED = "accepted"
+    CORRECTION = "correction"
+    BONUS = "bonus"
+    TARGET = "target"
+    REJECTED = "rejected"
+
+    @staticmethod
+    def of(source: TokenSource) -> "Mark":
+        return Mark(source.value)
+
+
+#: Okabe & Ito (2008), "Color Universal Design".
+OKABE_ITO = {
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+
+LABELS = {
+    Mark.ACCEPTED: "accepted draft",
+    Mark.CORRECTION: "target's correction",
+    Mark.BONUS: "bonus token",
+    Mark.TARGET: "target alone",
+    Mark.REJECTED: "rejected draft",
+}
+
+EXPLANATIONS = {
+    Mark.ACCEPTED: "the drafter proposed it and the target agreed (shaded)",
+    Mark.CORRECTION: "the drafter was wrong here; the target put its own token (bold, wavy underline)",
+    Mark.BONUS: "the whole draft was right; the target added one more (italic, dotted underline)",
+    Mark.TARGET: "no draft this round: plain decoding (plain text)",
+    Mark.REJECTED: "what the drafter had proposed before the correction (struck through)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenColours:
+    """The colours one theme gives the token marks."""
+
+    accepted_bg: str
+    """Background shading of accepted draft tokens."""
+    correction_fg: str
+    """Text colour of corrections."""
+    bonus_fg: str
+    """Text colour of bonus tokens."""
+    rejected_fg: str
+    """Text colour of rejected draft tokens."""
+    code_bg: str
+    """Background of code inside a reply."""
+    muted_fg: str
+    """Headers and notes."""
+
+
+LIGHT_COLOURS = TokenColours(
+    accepted_bg="#C7EADF",  # bluish green at ~22% over white
+    correction_fg="#B34700",  # vermillion, darkened to 5:1 contrast on white
+    bonus_fg=OKABE_ITO["blue"],
+    rejected_fg="#9E4F7E",  # reddish purple, darkened for contrast
+    code_bg="#F2F2F2",
+    muted_fg="#6B6B6B",
+)
+DARK_COLOURS = TokenColours(
+    accepted_bg="#1F5646",  # bluish green at ~35% over the dark background
+    correction_fg="#FF8A3D",  # vermillion, lightened for contrast on dark
+    bonus_fg=OKABE_ITO["sky_blue"],
+    rejected_fg="#E3A3C8",
+    code_bg="#2B2B2B",
+    muted_fg="#A0A0A0",
+)
+
+
+def is_dark(theme: Theme) -> bool:
+    if theme == Theme.DARK:
+        return True
+    if theme == Theme.LIGHT:
+        return False
+    app = QApplication.instance()
+    if app is None:
+        return False
+    from PySide6.QtCore import Qt
+
+    return app.styleHints().colorScheme() == Qt.ColorScheme.Dark
+
+
+def colours_for(theme: Theme) -> TokenColours:
+    return DARK_COLOURS if is_dark(theme) else LIGHT_COLOURS
+
+
+def mark_format(mark: Mark, colours: TokenColours, highlight: bool = True) -> QTextCharFormat:
+    """The character format of one mark; with highlighting off, every token reads as plain text."""
+    fmt = QTextCharFormat()
+    if mark == Mark.REJECTED:  # shown only on request, and always marked: it is not part of the reply
+        fmt.setForeground(QColor(colours.rejected_fg))
+        fmt.setFontStrikeOut(True)
+        return fmt
+    if not highlight:
+        return fmt
+    if mark == Mark.ACCEPTED:
+        fmt.setBackground(QColor(colours.accepted_bg))
+    elif mark == Mark.CORRECTION:
+        fmt.setForeground(QColor(colours.correction_fg))
+        fmt.setFontWeight(QFont.Weight.Bold)
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
+        fmt.setUnderlineColor(QColor(colours.correction_fg))
+    elif mark == Mark.BONUS:
+        fmt.setForeground(QColor(colours.bonus_fg))
+        fmt.setFontItalic(True)
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+        fmt.setUnderlineColor(QColor(colours.bonus_fg))
+    return fmt
+
+
+def palette_for(theme: Theme) -> QPalette:
+    """A Fusion palette: Qt's light default, or a dark one."""
+    if not is_dark(theme):
+        app = QApplication.instance()
+        return app.style().standardPalette() if app else QPalette()
+    p = QPalette()
+    base, window, text = QColor("#1E1E1E"), QColor("#2A2A2A"), QColor("#E6E6E6")
+    for role, colour in (
+        (QPalette.ColorRole.Window, window),
+        (QPalette.ColorRole.WindowText, text),
+        (QPalette.ColorRole.Base, base),
+        (QPalette.ColorRole.AlternateBase, QColor("#262626")),
+        (QPalette.ColorRole.ToolTipBase, QColor("#333333")),
+        (QPalette.ColorRole.ToolTipText, text),
+        (QPalette.ColorRole.Text, text),
+        (QPalette.ColorRole.Button, QColor("#333333")),
+        (QPalette.ColorRole.ButtonText, text),
+        (QPalette.ColorRole.BrightText, QColor("#FF6B6B")),
+        (QPalette.ColorRole.Link, QColor(OKABE_ITO["sky_blue"])),
+        (QPalette.ColorRole.Highlight, QColor("#3D6FA8")),
+        (QPalette.ColorRole.HighlightedText, QColor("#FFFFFF")),
+        (QPalette.ColorRole.PlaceholderText, QColor("#8A8A8A")),
+    ):
+        p.setColor(role, colour)
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor("#7A7A7A"))
+    return p
+
+
+def apply_theme(app: QApplication, theme: Theme) -> None:
+    app.setStyle("Fusion")
+    app.setPalette(palette_for(theme))

@@ -1,0 +1,292 @@
+"""The main window: conversation list | model bar, chat, legend, input | stats panel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import paths
+
+from .chat_view import ChatView, ViewOptions
+from .controller import ChatController
+from .conversation_list import ConversationList
+from .errors import Action, Level, Notice
+from .export import write_markdown, write_trace
+from .input_box import InputBox
+from .legend import Legend
+from .model_bar import ModelBar
+from .notice_bar import NoticeBar
+from .records import Role
+from .stats_panel import StatsPanel
+from .theme import Theme, apply_theme, colours_for
+
+
+def icon_path() -> Path:
+    return paths.resources_dir() / "icons" / "draftlight.svg"
+
+
+class MainWindow(QMainWindow):
+    """Wires widgets to the controller; holds no state of its own beyond what is on screen."""
+
+    def __init__(self, controller: ChatController | None = None) -> None:
+        super().__init__()
+        self.controller = controller or ChatController()
+        self.setWindowTitle("Draftlight")
+        if icon_path().is_file():
+            self.setWindowIcon(QIcon(str(icon_path())))
+        self.resize(1280, 800)
+        self._build()
+        self._connect()
+        self.controller.start()
+
+    # -- layout --------------------------------------------------------------------------
+    def _build(self) -> None:
+        tb = QToolBar("Main")
+        tb.setObjectName("main_toolbar")
+        tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.addToolBar(tb)
+        self.act_new = QAction("New chat", self, shortcut=QKeySequence.StandardKey.New)
+        self.act_models = QAction("Models…", self)
+        self.act_compare = QAction("Compare with plain decoding", self)
+        self.act_compare.setToolTip("Run the last prompt again without a drafter and show both replies side by side")
+        self.act_export_md = QAction("Export Markdown…", self)
+        self.act_export_trace = QAction("Export trace (JSONL)…", self)
+        self.act_highlight = QAction("Highlight tokens", self, checkable=True)
+        self.act_rejected = QAction("Show rejected drafts", self, checkable=True)
+        self.act_rejected.setToolTip("Show what the drafter proposed, struck through, before each correction")
+        self.act_rendered = QAction("Rendered view", self, checkable=True)
+        self.act_rendered.setToolTip("Show finished replies as formatted Markdown; untick for the token view")
+        for a in (self.act_new, self.act_models, self.act_compare):
+            tb.addAction(a)
+        tb.addSeparator()
+        for a in (self.act_export_md, self.act_export_trace):
+            tb.addAction(a)
+        tb.addSeparator()
+        for a in (self.act_highlight, self.act_rejected, self.act_rendered):
+            tb.addAction(a)
+        tb.addSeparator()
+        tb.addWidget(QLabel(" Theme "))
+        self.theme = QComboBox()
+        for t in Theme:
+            self.theme.addItem(t.value.capitalize(), t)
+        tb.addWidget(self.theme)
+
+        self.conversations = ConversationList()
+        self.bar = ModelBar()
+        self.notice = NoticeBar()
+        self.chat = ChatView()
+        self.chat.setObjectName("chat_view")
+        self.legend = Legend()
+        self.input = InputBox()
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send")
+        self.send_button.setDefault(True)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stop")
+        self.stop_button.setEnabled(False)
+        self.stats = StatsPanel()
+
+        centre = QWidget()
+        cl = QVBoxLayout(centre)
+        cl.setContentsMargins(6, 0, 6, 0)
+        cl.addWidget(self.bar)
+        cl.addWidget(self.notice)
+        cl.addWidget(self.chat, 1)
+        cl.addWidget(self.legend)
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        row.addLayout(buttons)
+        cl.addLayout(row)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.conversations)
+        split.addWidget(centre)
+        split.addWidget(self.stats)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setStretchFactor(2, 0)
+        split.setSizes([220, 760, 300])
+        split.setChildrenCollapsible(False)
+        self.setCentralWidget(split)
+
+        self.status_label = QLabel("Starting…")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(200)
+        self.progress.setRange(0, 100)
+        self.progress.hide()
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+
+    def sizeHint(self) -> QSize:
+        return QSize(1280, 800)
+
+    def _connect(self) -> None:
+        c = self.controller
+        c.sig_notice.connect(self.notice.show_notice)
+        c.sig_conversations.connect(self.conversations.set_conversations)
+        c.sig_messages.connect(self.chat.show_messages)
+        c.sig_message_added.connect(self.chat.append_message)
+        c.sig_tokens.connect(self.chat.append_tokens)
+        c.sig_reply_finished.connect(self.chat.finish_reply)
+        c.sig_stats.connect(self.stats.show_snapshot)
+        c.sig_busy.connect(self._busy)
+        c.sig_input_restore.connect(self._restore_input)
+        c.sig_load_state.connect(self._load_state)
+        c.sig_models.connect(self.bar.set_models)
+        c.sig_drafters.connect(self.bar.set_drafters)
+        c.sig_settings.connect(self._apply_settings)
+        c.sig_no_models.connect(self._first_run)
+
+        self.conversations.sig_new.connect(c.new_conversation)
+        self.conversations.sig_selected.connect(c.open_conversation)
+        self.conversations.sig_rename.connect(c.rename_conversation)
+        self.conversations.sig_delete.connect(self._confirm_delete)
+        self.conversations.sig_search.connect(c.set_search)
+        self.bar.sig_target_chosen.connect(lambda p: c.update_settings(target=p))
+        self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d))
+        self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
+        self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(
+            temperature=ch.temperature, top_k=ch.top_k, top_p=ch.top_p, seed=ch.seed, max_tokens=ch.max_tokens,
+            system_prompt=ch.system_prompt))
+        self.input.sig_submit.connect(self._send)
+        self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
+        self.stop_button.clicked.connect(c.stop)
+        self.notice.sig_action.connect(self._notice_action)
+        self.act_new.triggered.connect(c.new_conversation)
+        self.act_models.triggered.connect(self.open_models)
+        self.act_compare.triggered.connect(self.open_compare)
+        self.act_export_md.triggered.connect(self.export_markdown)
+        self.act_export_trace.triggered.connect(self.export_trace)
+        self.act_highlight.toggled.connect(lambda on: c.update_settings(highlight=on))
+        self.act_rejected.toggled.connect(lambda on: c.update_settings(show_rejected=on))
+        self.act_rendered.toggled.connect(lambda on: c.update_settings(rendered=on))
+        self.theme.activated.connect(lambda _i: c.update_settings(theme=self.theme.currentData()))
+
+    # -- reacting ----------------------------------------------------------------------------
+    def _apply_settings(self, s) -> None:
+        app = QApplication.instance()
+        if app is not None and getattr(self, "_theme", None) != s.theme:
+            self._theme = s.theme
+            apply_theme(app, s.theme)
+        for act, on in ((self.act_highlight, s.highlight), (self.act_rejected, s.show_rejected),
+                        (self.act_rendered, s.rendered)):
+            act.blockSignals(True)
+            act.setChecked(on)
+            act.blockSignals(False)
+        self.theme.setCurrentIndex(self.theme.findData(s.theme))
+        colours = colours_for(s.theme)
+        self.chat.set_options(ViewOptions(colours, s.highlight, s.show_rejected, s.rendered))
+        self.legend.show_legend(colours, s.highlight, s.show_rejected)
+        self.bar.set_settings(s)
+
+    def _send(self, text: str) -> None:
+        if self.controller.send(text):
+            self.input.clear()
+
+    def _restore_input(self, text: str) -> None:
+        if not self.input.toPlainText().strip():
+            self.input.setPlainText(text)
+
+    def _busy(self, busy: bool) -> None:
+        self.send_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+        self.act_compare.setEnabled(not busy)
+
+    def _load_state(self, text: str, fraction: float) -> None:
+        self.status_label.setText(text)
+        if fraction < 0:
+            self.progress.hide()
+        else:
+            self.progress.show()
+            self.progress.setValue(int(fraction * 100))
+
+    def _confirm_delete(self, conv_id: int) -> None:
+        conv = self.controller.store.conversation(conv_id)
+        if conv is None:
+            return
+        answer = QMessageBox.question(self, "Delete chat", f"Delete “{conv.title}”? This cannot be undone.")
+        if answer == QMessageBox.StandardButton.Yes:
+            self.controller.delete_conversation(conv_id)
+
+    def _notice_action(self, action: Action) -> None:
+        if action == Action.OPEN_MODELS:
+            self.open_models()
+        elif action == Action.NEW_CHAT:
+            self.controller.new_conversation()
+
+    def _first_run(self) -> None:
+        self.notice.show_notice(Notice("No model is installed yet. Open Models… to install the default pair "
+                                       "(works offline), download one from the catalog, or import a GGUF file.",
+                                       Level.INFO, Action.OPEN_MODELS))
+        self.controller.update_settings(first_run_done=True)
+
+    # -- dialogs ------------------------------------------------------------------------------
+    def open_models(self) -> None:
+        from .models_dialog import ModelsDialog
+
+        dlg = ModelsDialog(self.controller, self)
+        dlg.exec()
+
+    def open_compare(self) -> None:
+        from .compare_dialog import CompareDialog
+
+        c = self.controller
+        last = next((i for i in range(len(c.messages) - 1, -1, -1) if c.messages[i].role == Role.ASSISTANT
+                     and c.messages[i].finished), None)
+        if last is None or last == 0:
+            self.notice.show_notice(Notice("Nothing to compare yet: send a message first.", Level.INFO))
+            return
+        dlg = CompareDialog(c, c.messages[: last + 1], self)
+        dlg.show()
+        dlg.start()
+
+    def _export_target(self, title: str, suffix: str, filt: str) -> tuple[Path | None, object]:
+        conv = self.controller.current_conversation()
+        if conv is None or not self.controller.messages:
+            self.notice.show_notice(Notice("Open a chat with messages to export it.", Level.INFO))
+            return None, None
+        safe = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip() or "chat"
+        path, _ = QFileDialog.getSaveFileName(self, title, str(Path.home() / f"{safe}{suffix}"), filt)
+        return (Path(path) if path else None), conv
+
+    def export_markdown(self) -> None:
+        path, conv = self._export_target("Export chat as Markdown", ".md", "Markdown (*.md)")
+        if path is not None:
+            self._write(lambda: write_markdown(path, conv, self.controller.messages), path)
+
+    def export_trace(self) -> None:
+        path, conv = self._export_target("Export trace as JSON Lines", ".jsonl", "JSON Lines (*.jsonl)")
+        if path is not None:
+            self._write(lambda: write_trace(path, conv, self.controller.messages), path)
+
+    def _write(self, write, path: Path) -> None:
+        try:
+            write()
+        except OSError as exc:
+            self.notice.show_notice(Notice(f"Could not write {path}: {exc.strerror or exc}. Choose another folder."))
+            return
+        self.notice.show_notice(Notice(f"Saved {path}.", Level.INFO))
+
+    def closeEvent(self, e: QCloseEvent) -> None:
+        self.controller.shutdown()
+        super().closeEvent(e)

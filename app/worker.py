@@ -1,0 +1,166 @@
+"""The engine thread: a QObject living on a QThread that loads models and drives replies.
+
+Requests arrive as queued slot calls (in order: a load queued behind a reply runs after it);
+everything it learns leaves as signals, which Qt delivers to the GUI thread. It never touches
+a widget. Stop is not a slot (the thread is busy inside the reply): `stop()` sets a
+threading.Event and the session's own stop flag directly from the GUI thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from engine.errors import EngineError
+from engine.llama_backend import LoadSettings
+from engine.session import GenerationSettings, Session
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRequest:
+    """Which pair to load, and how."""
+
+    target: Path
+    """Target model file."""
+    drafter: str
+    """'none', 'lookup' or a drafter model path (engine.session.DraftSpec syntax)."""
+    load: LoadSettings = LoadSettings()
+    """Context length, GPU layers, threads."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedInfo:
+    """What got loaded."""
+
+    request: LoadRequest
+    """The request it answers."""
+    drafter_label: str
+    """The drafter as the engine names it."""
+    n_ctx: int
+    """Context length in tokens."""
+    notes: tuple[str, ...]
+    """The engine's remarks (no chat template, plain decoding only, ...)."""
+    seconds: float
+    """Time to load and measure."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """One reply to produce."""
+
+    id: int
+    """Chosen by the controller; every event of this reply carries it."""
+    messages: tuple[dict, ...]
+    """The conversation, system prompt first if any, ending with the user's message."""
+    settings: GenerationSettings
+    """Sampling, draft length, max tokens."""
+
+
+class EngineWorker(QObject):
+    """Owns the engine Session; lives on the engine thread."""
+
+    sig_load_progress = Signal(str, float)
+    """Loading: stage ('target', 'drafter' or 'measuring') and fraction 0-1 of that stage."""
+    sig_loaded = Signal(object)
+    """A pair is loaded and measured (LoadedInfo)."""
+    sig_load_failed = Signal(object, object, object)
+    """Loading failed (LoadRequest, exception, LoadedInfo of what is still loaded, or None)."""
+    sig_event = Signal(int, object)
+    """One engine event (RoundEvent, TokenEvent or DoneEvent) of reply `id`."""
+    sig_reply_failed = Signal(int, object)
+    """Reply `id` raised (exception); events already sent stand."""
+    sig_reply_finished = Signal(int)
+    """Reply `id` is over (after its DoneEvent or its failure): the thread is free."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._session: Session | None = None
+        self._info: LoadedInfo | None = None
+        self._cancel = threading.Event()
+        self._last_progress: tuple[str, int] = ("", -1)
+
+    # -- called from the GUI thread ------------------------------------------------
+    def stop(self) -> None:
+        """End the running reply within one round (thread-safe, returns at once)."""
+        self._cancel.set()
+        session = self._session
+        if session is not None:
+            session.stop()
+
+    def arm(self) -> None:
+        """Forget an earlier stop before a new request is queued (GUI thread)."""
+        self._cancel.clear()
+
+    # -- slots, run on the engine thread -----------------------------------------------
+    @Slot(object)
+    def load(self, req: LoadRequest) -> None:
+        t0 = time.perf_counter()
+        current = self._session
+        if current is not None and self._info is not None and self._same_target(self._info.request, req) \
+                and hasattr(current, "set_drafter"):
+            # Same target: swap only the drafter (the target stays loaded and measured).
+            try:
+                current.set_drafter(req.drafter)
+            except Exception as exc:  # noqa: BLE001 - the old drafter stays in place
+                self.sig_load_failed.emit(req, exc, self._info)
+                return
+            self._loaded(current, req, t0)
+            return
+        self._close()
+        try:
+            # The session measures the target's (and drafter's) speed once loaded, for Auto.
+            session = Session(req.target, req.drafter, target_load=req.load, progress=self._progress, calibrate=True)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
+            self.sig_load_failed.emit(req, exc, None)
+            return
+        self._session = session
+        self._loaded(session, req, t0)
+
+    def _loaded(self, session: Session, req: LoadRequest, t0: float) -> None:
+        self._info = LoadedInfo(req, session.spec.label, session.target.n_ctx, tuple(session.notes),
+                                time.perf_counter() - t0)
+        self.sig_loaded.emit(self._info)
+
+    @staticmethod
+    def _same_target(a: LoadRequest, b: LoadRequest) -> bool:
+        return Path(a.target) == Path(b.target) and a.load == b.load
+
+    @Slot(object)
+    def reply(self, req: ReplyRequest) -> None:
+        session = self._session
+        try:
+            if session is None:
+                raise EngineError("no model is loaded: choose a target model in the bar above the chat")
+            events = session.chat(list(req.messages), req.settings)
+            if self._cancel.is_set():  # Stop pressed before this reply began
+                session.stop()
+            for ev in events:
+                self.sig_event.emit(req.id, ev)
+                if self._cancel.is_set():
+                    session.stop()
+        except Exception as exc:  # noqa: BLE001
+            self.sig_reply_failed.emit(req.id, exc)
+        finally:
+            self.sig_reply_finished.emit(req.id)
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._close()
+
+    # -- helpers -------------------------------------------------------------------------
+    def _close(self) -> None:
+        session, self._session, self._info = self._session, None, None
+        if session is not None:
+            session.close()
+
+    def _progress(self, which: str, fraction: float) -> None:
+        # llama.cpp reports per tensor: pass on whole percents only.
+        pct = int(fraction * 100)
+        if (which, pct) != self._last_progress:
+            self._last_progress = (which, pct)
+            self.sig_load_progress.emit(which, fraction)
+            if pct >= 100:
+                self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
