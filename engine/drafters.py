@@ -31,6 +31,11 @@ class Draft:
     """Wall time spent drafting."""
     source: str = "none"
     """Which drafter produced it."""
+    key: str = "model"
+    """Kind of draft, for the policy's acceptance estimates ("model", "lookup:N" for an N-token match)."""
+
+    def truncated(self, n: int) -> "Draft":
+        return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.source, self.key)
 
 
 class Drafter(ABC):
@@ -44,8 +49,9 @@ class Drafter(ABC):
         """A new reply starts from `context` (prompt tokens)."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        """Up to k tokens that might follow `context`."""
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
+                lookup_k: int | None = None) -> Draft:
+        """Up to k tokens that might follow `context` (a lookup drafter may propose up to lookup_k)."""
 
     def commit(self, context: Sequence[int]) -> None:
         """The target accepted `context`: drop anything that went past it."""
@@ -72,9 +78,18 @@ class ModelDrafter(Drafter):
     def passes(self) -> int:
         return self.model.passes
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+    def begin(self, context: Sequence[int]) -> None:
+        # Read the prompt with the target's prefill, so drafting rounds price only drafting.
+        have = self.model.sync(context[:-1])
+        if have < len(context) - 1:
+            self.model.decode(context[have:-1], "none")
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
+                lookup_k: int | None = None) -> Draft:
         t0 = time.perf_counter()
         draft = Draft(source=self.name)
+        if k <= 0:
+            return draft
         m = self.model
         have = m.sync(context)
         if have == len(context):  # it already read everything: re-read the last token for its logits
@@ -115,7 +130,7 @@ class LookupDrafter(Drafter):
     """Prompt lookup: propose what followed the most recent earlier occurrence of the
     longest n-gram that ends the context (prompt and reply so far). No model, no cost."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    def __init__(self, max_ngram: int = 5, min_ngram: int = 2) -> None:
         self.name = "lookup"
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
@@ -143,8 +158,10 @@ class LookupDrafter(Drafter):
                 if end >= n:
                     index[tuple(toks[end - n : end])] = end - n
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
+                lookup_k: int | None = None) -> Draft:
         t0 = time.perf_counter()
+        k = k if lookup_k is None else lookup_k
         self._extend(context)
         toks = self._tokens
         draft = Draft(source=self.name)
@@ -157,6 +174,7 @@ class LookupDrafter(Drafter):
                 draft.tokens = list(cont)
                 draft.q = [None] * len(cont)
                 draft.q_probs = [1.0] * len(cont)
+                draft.key = f"lookup:{n}"
                 break
         draft.seconds = time.perf_counter() - t0
         return draft
@@ -179,8 +197,9 @@ class CombinedDrafter(Drafter):
         self.lookup.begin(context)
         self.model.begin(context)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        draft = self.lookup.propose(context, k, params, rng)
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
+                lookup_k: int | None = None) -> Draft:
+        draft = self.lookup.propose(context, k, params, rng, lookup_k)
         if draft.tokens:
             return draft
         spent = draft.seconds

@@ -120,6 +120,10 @@ class Stats:
     """Seconds from the request to the first emitted token."""
     tokens_per_s: float
     """Emitted tokens per second from the first token to the last (cumulative)."""
+    itl_p50_s: float
+    """Median time between consecutive tokens."""
+    itl_p95_s: float
+    """95th percentile time between consecutive tokens (speculation makes tokens come in bursts)."""
     wall_s: float
     """Seconds from request to the end."""
     prefill_s: float

@@ -19,7 +19,7 @@ from .drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from .errors import ContextFullError, EngineError
 from .events import Event
 from .llama_backend import LlamaModel, LoadSettings, render_chat
-from .policy import AutoK, CostModel, DraftPolicy, FixedK, NoDraft
+from .policy import AutoK, CostModel, DraftPolicy, Ewma, FixedK, NoDraft
 from .sampling import SamplingParams
 from .speculative import generate
 
@@ -90,37 +90,71 @@ class Session:
         progress: Callable[[str, float], None] | None = None,
         calibrate: bool = True,
     ) -> None:
-        spec = draft if isinstance(draft, DraftSpec) else DraftSpec.parse(draft)
-        self.spec = spec
-        self.notes: list[str] = []
+        self._draft_load = draft_load or target_load
+        self._progress = progress
         self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None)
+        self.costs = CostModel()
+        self.stop_event = threading.Event()
+        self.template = self.target.chat_template or FALLBACK_TEMPLATE
+        self._template_note = (
+            [] if self.target.chat_template
+            else [f"{self.target.path.name} has no chat template: using a plain 'Role: text' layout"]
+        )
+        self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
+        self._loaded_drafters: dict[Path, LlamaModel] = {}
+        self.drafter: Drafter | None = None
+        self._drafter_note: list[str] = []
+        self._autos: dict[DraftSpec, AutoK] = {}  # what Auto learned, per drafter, for this session
+        self._calibrate = calibrate
         try:
-            if spec.model is not None:
-                # The drafter gets the same context length, as llama.cpp's own speculative example does.
-                dl = replace(draft_load or target_load, n_ctx=self.target.n_ctx)
-                self.draft_model = LlamaModel(spec.model, dl, progress=(lambda v: progress("drafter", v)) if progress else None)
-                check_pair(vocab_of_model(self.target), vocab_of_model(self.draft_model),
-                           self.target.path.name, self.draft_model.path.name)
+            if calibrate:
+                self.calibrate_target()
+            self.set_drafter(draft)
         except BaseException:
             self.close()
             raise
+
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know about this pair (fallbacks, missing template)."""
+        return self._template_note + self._drafter_note
+
+    def set_drafter(self, draft: DraftSpec | str | None) -> None:
+        """Switch drafters without reloading the target. A model drafter is loaded with the
+        target's context length and checked against llama.cpp's pairing rules first."""
+        spec = draft if isinstance(draft, DraftSpec) else DraftSpec.parse(draft)
+        model = None
+        if spec.model is not None:
+            path = Path(spec.model)
+            model = self._loaded_drafters.get(path)
+            if model is None:
+                progress = self._progress
+                load = replace(self._draft_load, n_ctx=self.target.n_ctx)  # same context length, as llama.cpp's example
+                model = LlamaModel(path, load, progress=(lambda v: progress("drafter", v)) if progress else None)
+                try:
+                    check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
+                except BaseException:
+                    model.close()
+                    raise
+                self._loaded_drafters[path] = model  # kept: switching back is instant
+        changed = model is not self.draft_model
+        self.draft_model = model
+        self.spec = spec
         self.drafter = self._make_drafter()
-        self.costs = CostModel()
-        self._auto: AutoK | None = None
-        self.stop_event = threading.Event()
-        self.template = self.target.chat_template
-        if not self.template:
-            self.notes.append(f"{self.target.path.name} has no chat template: using a plain 'Role: text' layout")
-            self.template = FALLBACK_TEMPLATE
-        if calibrate:
-            self.calibrate()
+        if changed:
+            self.costs.draft_per_token = Ewma()
+            if model is not None and self._calibrate:
+                self.calibrate_drafter()
 
     def _make_drafter(self) -> Drafter | None:
+        self._drafter_note = []
+        if not (self.spec.model or self.spec.lookup):
+            return None
         models = [m for m in (self.target, self.draft_model) if m is not None]
         if any(not m.can_trim for m in models):
             names = ", ".join(m.path.name for m in models if not m.can_trim)
-            self.notes.append(f"{names} cannot roll back its cache (recurrent or hybrid model): plain decoding only")
+            self._drafter_note = [f"{names} cannot roll back its cache (recurrent or hybrid model): plain decoding only"]
             return None
         lookup = LookupDrafter() if self.spec.lookup else None
         model = ModelDrafter(self.draft_model) if self.draft_model is not None else None
@@ -129,30 +163,32 @@ class Session:
         return lookup or model
 
     # -- measuring --------------------------------------------------------------
-    def calibrate(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2) -> None:
-        """Time the target's pass for a few block sizes and the drafter's per-token cost.
+    def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2) -> None:
+        """Time the target's pass for a few block sizes: Auto prices every draft length from
+        these before the first reply, and refines them online."""
+        for n, dt in self._time_blocks(self.target, sizes, repeats):
+            self.costs.add_verify(n, dt)
 
-        Auto prices every draft length from these before the first reply, and refines them online.
-        """
+    def calibrate_drafter(self, repeats: int = 3) -> None:
+        if self.draft_model is not None:
+            for _, dt in self._time_blocks(self.draft_model, (1,), repeats):
+                self.costs.draft_per_token.add(dt)
+
+    def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int) -> list[tuple[int, float]]:
         probe = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
-        for model, blocks in ((self.target, sizes), (self.draft_model, (1,))):
-            if model is None:
-                continue
-            model.clear()
-            model.decode(probe, "none")
-            base = len(model.kv)
-            model.decode(probe[:1], "all")  # warm-up: first pass allocates graphs
-            for n in blocks:
-                for _ in range(repeats):
-                    model.truncate(base)
-                    t = time.perf_counter()
-                    model.decode((probe * 16)[:n], "all")
-                    dt = time.perf_counter() - t
-                    if model is self.target:
-                        self.costs.add_verify(n, dt)
-                    else:
-                        self.costs.draft_per_token.add(dt)
-            model.clear()
+        model.clear()
+        model.decode(probe, "none")
+        base = len(model.kv)
+        model.decode(probe[:1], "all")  # warm-up: the first pass allocates compute graphs
+        out = []
+        for n in sizes:
+            for _ in range(repeats):
+                model.truncate(base)
+                t = time.perf_counter()
+                model.decode((probe * 16)[:n], "all")
+                out.append((n, time.perf_counter() - t))
+        model.clear()
+        return out
 
     # -- prompts ----------------------------------------------------------------
     def render(self, messages: Sequence[dict[str, str]], reserve: int = 0) -> RenderedPrompt:
@@ -202,9 +238,10 @@ class Session:
         if self.drafter is None:
             return NoDraft()
         if settings.draft_max == "auto":
-            if self._auto is None:
-                self._auto = AutoK(self.costs, drafter_is_model=self.drafter.uses_model)
-            return self._auto
+            auto = self._autos.get(self.spec)
+            if auto is None:
+                auto = self._autos[self.spec] = AutoK(self.costs, drafter_is_model=self.drafter.uses_model)
+            return auto
         return FixedK(int(settings.draft_max)) if int(settings.draft_max) > 0 else NoDraft()
 
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
@@ -233,13 +270,16 @@ class Session:
         self.stop_event.set()
 
     def reset_state(self) -> None:
-        """Forget caches and learned acceptance (the benchmark does this between runs)."""
+        """Empty both caches and the lookup index (the benchmark does this between runs, so
+        nothing is replayed). Measured costs and Auto's acceptance estimates are kept: they
+        describe this machine and this pair, not one text."""
         self.target.clear()
         if self.drafter is not None:
             self.drafter.reset()
-        self._auto = None
 
     def close(self) -> None:
-        for m in (getattr(self, "draft_model", None), getattr(self, "target", None)):
+        for m in [*getattr(self, "_loaded_drafters", {}).values(), getattr(self, "target", None)]:
             if m is not None:
                 m.close()
+        self._loaded_drafters = {}
+        self.draft_model = None

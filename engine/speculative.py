@@ -11,7 +11,7 @@ import codecs
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def _settle(pending: tuple[RoundOutcome, float] | None, now: float, costs: CostM
     if pending is not None:
         o, start = pending
         overhead = max(0.0, now - start - o.draft_s - o.verify_s)
-        costs.record(RoundOutcome(o.k, o.drafted, o.accepted, o.draft_s, o.verify_s, overhead))
+        costs.record(replace(o, overhead_s=overhead))
     return None
 
 
@@ -151,8 +151,14 @@ def generate(
             t_round = stats.clock()
             pending = _settle(pending, t_round, costs)
             # 1. draft
-            k = policy.choose_k(min(room, max_tokens - emitted - 1))
-            draft = drafter.propose(ctx, k, params, rng) if k > 0 else _NO_DRAFT
+            limit = min(room, max_tokens - emitted - 1)
+            k, k_lookup = policy.choose_k(limit), policy.lookup_k(limit)
+            draft = drafter.propose(ctx, k, params, rng, k_lookup) if (k > 0 or k_lookup > 0) else _NO_DRAFT
+            keep_n = policy.prune(draft.key, len(draft.tokens)) if draft.tokens else 0
+            if keep_n < len(draft.tokens):  # not worth verifying all of it
+                draft = draft.truncated(keep_n)
+            if draft.source == "lookup":
+                k = k_lookup
             # 2. verify: one forward pass scores the last token and every drafted one
             t_verify = time.perf_counter()
             rows = target.decode([ctx[-1]] + draft.tokens, "all")
@@ -189,6 +195,7 @@ def generate(
             outcome = RoundOutcome(
                 k=k, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
                 overhead_s=0.0,  # known once the round's events are out: see _settle
+                key=draft.key,
             )
             pending = (outcome, t_round)
             policy.observe(outcome)

@@ -11,6 +11,14 @@ from .policy import CostModel, RoundOutcome
 T = TypeVar("T")
 
 
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
 class StatsTracker:
     def __init__(self, draft_mode: str, target, drafter) -> None:
         self.t0 = time.perf_counter()
@@ -99,6 +107,8 @@ class StatsTracker:
             prompt_tokens_reused=self.reused,
             ttft_s=first,
             tokens_per_s=tps,
+            itl_p50_s=_percentile(self.inter_token_gaps(), 50),
+            itl_p95_s=_percentile(self.inter_token_gaps(), 95),
             wall_s=wall,
             prefill_s=self.prefill_s,
             draft_s=self.draft_s,

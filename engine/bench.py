@@ -1,0 +1,279 @@
+"""The benchmark: every speed claim is a ratio against plain decoding from the same run.
+
+For each prompt, plain decoding and every speculative variant run interleaved (the order
+rotates each repeat) after a warm-up; drafter state (lookup index, drafter KV, Auto's learned
+acceptance) is cleared before every run so nothing is replayed from an earlier one. Results
+are medians over prompts and repeats, per category.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import EngineError
+from .events import DoneEvent, TokenEvent
+from .session import DraftSpec, GenerationSettings, Session
+
+PLAIN = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPrompt:
+    """One line of the prompts file."""
+
+    id: str
+    category: str
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A way of decoding to compare against plain decoding."""
+
+    name: str
+    draft: DraftSpec
+    draft_max: int | str
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One generation."""
+
+    prompt_id: str
+    category: str
+    variant: str
+    repeat: int
+    tokens: int
+    tokens_per_s: float
+    acceptance_rate: float
+    mean_accepted_per_round: float
+    ttft_s: float
+    itl_p50_s: float
+    itl_p95_s: float
+    python_share: float
+    estimated_speedup: float | None
+    finish_reason: str
+    wall_s: float
+    same_as_plain: bool | None = None
+    token_ids: list[int] = field(default_factory=list, repr=False)
+
+
+def load_prompts(path: Path) -> list[BenchPrompt]:
+    prompts = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EngineError(f"cannot read the prompts file {path}: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EngineError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("category"), str):
+            raise EngineError(f"{path}:{n}: each line needs a 'prompt' and a 'category' (strings)")
+        prompts.append(BenchPrompt(id=str(obj.get("id", f"{obj['category']}-{n}")), category=obj["category"], prompt=obj["prompt"]))
+    if not prompts:
+        raise EngineError(f"{path} holds no prompts")
+    return prompts
+
+
+def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
+    """'none', 'lookup', a GGUF path, or 'auto' (lookup first, then the model drafter if one is given)."""
+    models = [Path(i) for i in items if i not in ("none", "lookup", "auto")]
+    variants = []
+    for item in items:
+        if item == "none":
+            continue  # plain decoding always runs: it is the baseline
+        if item == "auto":
+            spec = DraftSpec(model=models[0], lookup=True) if models else DraftSpec(lookup=True)
+            variants.append(Variant("auto", spec, "auto"))
+        elif item == "lookup":
+            variants.append(Variant(f"lookup k={draft_max}", DraftSpec(lookup=True), draft_max))
+        else:
+            variants.append(Variant(f"{Path(item).stem} k={draft_max}", DraftSpec(model=Path(item)), draft_max))
+    return variants
+
+
+def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max_tokens: int, repeat: int) -> RunResult:
+    session.set_drafter(variant.draft if variant else None)
+    session.reset_state()  # nothing replayed: lookup index, drafter KV and Auto's learned acceptance start empty
+    settings = GenerationSettings(draft_max=variant.draft_max if variant else 0, max_tokens=max_tokens)
+    ids: list[int] = []
+    done: DoneEvent | None = None
+    for ev in session.chat([{"role": "user", "content": prompt.prompt}], settings):
+        if isinstance(ev, TokenEvent):
+            ids.append(ev.token_id)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    s = done.stats
+    return RunResult(
+        prompt_id=prompt.id, category=prompt.category, variant=variant.name if variant else PLAIN, repeat=repeat,
+        tokens=s.tokens, tokens_per_s=s.tokens_per_s, acceptance_rate=s.acceptance_rate,
+        mean_accepted_per_round=s.mean_accepted_per_round, ttft_s=s.ttft_s, itl_p50_s=s.itl_p50_s,
+        itl_p95_s=s.itl_p95_s, python_share=s.python_s / s.wall_s if s.wall_s else 0.0,
+        estimated_speedup=s.estimated_speedup, finish_reason=done.finish_reason.value, wall_s=s.wall_s, token_ids=ids,
+    )
+
+
+def run_bench(
+    session: Session,
+    prompts: Sequence[BenchPrompt],
+    variants: Sequence[Variant],
+    max_tokens: int = 128,
+    repeats: int = 3,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> list[RunResult]:
+    order: list[Variant | None] = [None, *variants]
+    log(f"warm-up: {len(order)} runs")
+    for v in order:
+        _one_run(session, prompts[0], v, min(max_tokens, 16), -1)
+    results = []
+    total = repeats * len(prompts) * len(order)
+    n = 0
+    for r in range(repeats):
+        for p in prompts:
+            shift = r % len(order)  # rotate so no variant always runs first after a prompt change
+            runs = {}
+            for v in order[shift:] + order[:shift]:
+                res = _one_run(session, p, v, max_tokens, r)
+                runs[res.variant] = res
+                n += 1
+                log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
+                    f"acceptance {res.acceptance_rate:.2f}")
+            plain = runs[PLAIN]
+            for res in runs.values():
+                if res.variant != PLAIN:
+                    res.same_as_plain = res.token_ids == plain.token_ids
+                results.append(res)
+    return results
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def summarise(results: Sequence[RunResult]) -> dict:
+    """Per category and variant: medians, and speedup as the median of per-run ratios to plain."""
+    plain = {(r.prompt_id, r.repeat): r for r in results if r.variant == PLAIN}
+    categories = sorted({r.category for r in results})
+    variants = [PLAIN] + sorted({r.variant for r in results} - {PLAIN})
+    table: dict[str, dict[str, dict]] = {}
+    for cat in categories + ["all"]:
+        table[cat] = {}
+        for v in variants:
+            rs = [r for r in results if r.variant == v and (cat == "all" or r.category == cat)]
+            if not rs:
+                continue
+            ratios = [r.tokens_per_s / plain[(r.prompt_id, r.repeat)].tokens_per_s for r in rs
+                      if plain[(r.prompt_id, r.repeat)].tokens_per_s > 0]
+            est = [r.estimated_speedup for r in rs if r.estimated_speedup]
+            table[cat][v] = {
+                "runs": len(rs),
+                "tokens_per_s": _median([r.tokens_per_s for r in rs]),
+                "speedup": _median(ratios),
+                "speedup_min": min(ratios) if ratios else None,
+                "estimated_speedup": _median(est),
+                "acceptance_rate": _median([r.acceptance_rate for r in rs]),
+                "mean_accepted_per_round": _median([r.mean_accepted_per_round for r in rs]),
+                "ttft_s": _median([r.ttft_s for r in rs]),
+                "itl_p50_s": _median([r.itl_p50_s for r in rs]),
+                "itl_p95_s": _median([r.itl_p95_s for r in rs]),
+                "python_share": _median([r.python_share for r in rs]),
+                "greedy_equal": None if v == PLAIN else f"{sum(bool(r.same_as_plain) for r in rs)}/{len(rs)}",
+            }
+    return {"categories": categories, "variants": variants, "table": table}
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    lines = [
+        "# Draftlight benchmark", "",
+        f"- target: `{meta['target']}`", f"- machine: {meta['machine']}", f"- llama.cpp backends: {meta['backends']}",
+        f"- prompts: {meta['prompts']} ({meta['n_prompts']}), max tokens {meta['max_tokens']}, repeats {meta['repeats']}, "
+        f"interleaved, medians", f"- date: {meta['date']}", "",
+        "| category | variant | tok/s | speedup vs plain (min) | estimated speedup | acceptance | accepted/round "
+        "| TTFT ms | ITL p50/p95 ms | Python share | greedy = plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x, spec=".2f", scale=1.0):
+        return "-" if x is None else format(x * scale, spec)
+
+    for cat in summary["categories"] + ["all"]:
+        for v, row in summary["table"][cat].items():
+            lines.append(
+                f"| {cat} | {v} | {f(row['tokens_per_s'])} | {f(row['speedup'])}x ({f(row['speedup_min'])}) "
+                f"| {f(row['estimated_speedup'])}x | {f(row['acceptance_rate'])} | {f(row['mean_accepted_per_round'])} "
+                f"| {f(row['ttft_s'], '.0f', 1000)} | {f(row['itl_p50_s'], '.0f', 1000)}/{f(row['itl_p95_s'], '.0f', 1000)} "
+                f"| {f(row['python_share'], '.1%')} | {row['greedy_equal'] or '-'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def chart(summary: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = summary["categories"]
+    variants = [v for v in summary["variants"] if v != PLAIN]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(1, len(variants))
+    palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
+    for i, v in enumerate(variants):
+        xs = [c + (i - (len(variants) - 1) / 2) * width for c in range(len(cats))]
+        sp = [summary["table"][c].get(v, {}).get("speedup") or 0 for c in cats]
+        acc = [summary["table"][c].get(v, {}).get("acceptance_rate") or 0 for c in cats]
+        ax1.bar(xs, sp, width, label=v, color=palette[i % len(palette)])
+        ax2.bar(xs, acc, width, label=v, color=palette[i % len(palette)])
+    ax1.axhline(1.0, color="black", linewidth=1)
+    ax1.axhline(0.95, color="black", linewidth=0.8, linestyle="--")
+    ax1.set_title("Speed vs plain decoding (median ratio; 1.0 = same)")
+    ax1.set_ylabel("speedup (x)")
+    ax2.set_title("Acceptance rate of drafted tokens")
+    ax2.set_ylim(0, 1)
+    for ax in (ax1, ax2):
+        ax.set_xticks(range(len(cats)), cats, rotation=20)
+    ax1.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(results: Sequence[RunResult], meta: dict, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarise(results)
+    report = {"meta": meta, "summary": summary,
+              "runs": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in results]}
+    paths = {"json": out / "report.json", "md": out / "report.md", "chart": out / "chart.png"}
+    paths["json"].write_text(json.dumps(report, indent=2), encoding="utf-8")
+    paths["md"].write_text(markdown(summary, meta), encoding="utf-8")
+    chart(summary, paths["chart"])
+    return paths
+
+
+def machine_description() -> str:
+    import os
+
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt], max_tokens: int, repeats: int) -> dict:
+    from .llama_backend import backends
+
+    return {
+        "target": session.target.path.name, "machine": machine_description(), "backends": ", ".join(backends()),
+        "prompts": str(prompts_path), "n_prompts": len(prompts), "max_tokens": max_tokens, "repeats": repeats,
+        "date": time.strftime("%Y-%m-%d %H:%M"), "n_threads": session.target.n_threads,
+        "calibrated_verify_ms": {n: round((session.costs.verify_cost(n) or 0) * 1000, 1) for n in (1, 2, 4, 8, 16)},
+    }
