@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from .errors import EngineError
 from .events import DoneEvent, RoundEvent, TokenEvent, TokenSource
@@ -147,23 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
     g.set_defaults(func=cmd_generate)
 
-    for register in _extra_commands():
-        register(sub)
+    from . import bench_cli, models_cli
+
+    bench_cli.register(sub)
+    models_cli.register(sub)
     return parser
-
-
-def _extra_commands() -> list[Callable]:
-    """Subcommands that live in their own modules (bench, models)."""
-    found = []
-    for name in ("bench_cli", "models_cli"):
-        try:
-            mod = __import__(f"engine.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"engine.{name}":
-                raise
-            continue
-        found.append(mod.register)
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

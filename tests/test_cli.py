@@ -1,0 +1,98 @@
+"""`python -m engine generate` and `bench` as other tools call them: real processes, real files."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def engine(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=full_env, timeout=300)
+
+
+def test_generate_json_stream(tiny):
+    r = engine("generate", "--target", str(tiny["target"]), "--draft", str(tiny["drafter"]), "--draft-max", "3",
+               "--prompt", "hello world", "--max-tokens", "12", "--json")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[-1]["type"] == "done"
+    assert {"round", "token"} <= {e["type"] for e in events[:-1]}
+    stats = events[-1]["stats"]
+    assert stats["tokens"] == sum(e["type"] == "token" for e in events) and stats["drafted"] > 0
+    assert events[-1]["text"].startswith("".join(e["text"] for e in events if e["type"] == "token"))
+    for e in events:
+        if e["type"] == "token":
+            assert e["source"] in {"accepted", "correction", "bonus", "target"}
+
+
+def test_generate_colours_the_reply_and_prints_stats(tiny):
+    r = engine("generate", "--target", str(tiny["target"]), "--draft", str(tiny["drafter"]), "--draft-max", "4",
+               "--prompt", "python code token draft", "--max-tokens", "30", env={"FORCE_COLOR": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "\x1b[32m" in r.stdout  # accepted drafts in green
+    last = r.stdout.strip().splitlines()[-1]
+    assert "tok/s" in last and "accepted" in last and "k: fixed k=4" in last
+    plain = engine("generate", "--target", str(tiny["target"]), "--prompt", "hi", "--max-tokens", "5", env={"NO_COLOR": "1"})
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout
+
+
+@pytest.mark.parametrize("case", ["missing", "not_gguf", "truncated", "incompatible", "too_long", "bad_arg"])
+def test_bad_input_is_one_clear_line_and_exit_2(case, tiny, tmp_path):
+    target, draft, prompt, extra = str(tiny["target"]), "none", "hi", []
+    if case == "missing":
+        target = str(tmp_path / "nope.gguf")
+    elif case == "not_gguf":
+        target = str(tmp_path / "notes.gguf")
+        Path(target).write_text("these are my notes, not a model\n" * 20)
+    elif case == "truncated":
+        target = str(tmp_path / "cut.gguf")
+        Path(target).write_bytes(tiny["target"].read_bytes()[:500_000])
+    elif case == "incompatible":
+        draft = str(tiny["other-vocab"])
+    elif case == "too_long":
+        prompt, extra = "hello " * 600, ["--ctx", "256"]
+    elif case == "bad_arg":
+        extra = ["--draft-max", "lots"]
+    r = engine("generate", "--target", target, "--draft", draft, "--prompt", prompt, *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in r.stderr
+    if case != "bad_arg":  # argparse prints its usage line first
+        assert len(lines) == 1, r.stderr
+    assert r.stdout == ""
+
+
+def test_bench_writes_reports(tiny, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt": "hello world", "category": "chat"}) + "\n"
+        + json.dumps({"prompt": "def return class", "category": "code"}) + "\n"
+    )
+    out = tmp_path / "out"
+    r = engine("bench", "--target", str(tiny["target"]), "--draft", f"{tiny['drafter']},lookup,auto",
+               "--prompts", str(prompts), "--max-tokens", "12", "--repeats", "2", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    table = report["summary"]["table"]
+    assert set(report["summary"]["categories"]) == {"chat", "code"}
+    variants = set(table["all"])
+    assert "plain" in variants and "auto" in variants and len(variants) == 4
+    assert all(row["greedy_equal"] in (None, "4/4") for row in table["all"].values())
+    assert len(report["runs"]) == 2 * 2 * 4
+    assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| all | plain |" in (out / "report.md").read_text()
+
+
+def test_bench_rejects_a_bad_prompts_file(tiny, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "no category"}\n')
+    r = engine("bench", "--target", str(tiny["target"]), "--prompts", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "category" in r.stderr and "Traceback" not in r.stderr
