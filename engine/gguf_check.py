@@ -35,6 +35,10 @@ _SCALARS: dict[int, tuple[str, int]] = {
 #: Big arrays a person never needs to see: skipped (bounds-checked) unless asked for.
 _BULKY = ("tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
 _MAX_DIMS = 4
+#: Counts no real model exceeds: beyond them a count is damage, below them a short file is truncation.
+_PLAUSIBLE_KV, _PLAUSIBLE_TENSORS = 100_000, 1_000_000
+#: Magic numbers of the formats before GGUF (ggml, ggmf, ggjt), as they appear on disk.
+_GGML_MAGICS = (b"lmgg", b"fmgg", b"tjgg")
 
 
 @dataclass
@@ -119,6 +123,11 @@ class _Cursor:
 
     def string(self, what: str) -> str:
         n = self.scalar("<Q", 8, what)
+        if n > self.size:  # no cut-short file explains a length beyond the whole file: the length is wrong
+            raise ModelFileError(
+                f"{self.path.name} is damaged: {what} claims a text of {n:,} bytes, longer than the whole file "
+                f"({self.size:,} bytes)"
+            )
         self.need(n, what)
         raw = self.buf[self.pos : self.pos + n]
         self.pos += n
@@ -179,16 +188,28 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
         cur = _Cursor(buf, size, path)
         magic = cur.scalar("<I", 4, "magic")
         if magic != GGUF_MAGIC:
+            if bytes(buf[:4]) in _GGML_MAGICS:
+                raise ModelFileError(
+                    f"{path.name} is an old GGML-format model (before GGUF, 2023): llama.cpp no longer reads it; "
+                    f"download a .gguf version of the model instead"
+                )
             raise ModelFileError(
                 f"{path.name} is not a GGUF model: it starts with {bytes(buf[:4])!r}, not b'GGUF'"
             )
         version = cur.scalar("<I", 4, "version")
+        if version not in (2, 3) and int.from_bytes(version.to_bytes(4, "little"), "big") in (2, 3):
+            raise ModelFileError(f"{path.name} is a big-endian GGUF file; only little-endian files are supported")
         if version not in (2, 3):
             raise ModelFileError(f"{path.name} has GGUF version {version}; versions 2 and 3 are supported")
         n_tensors = cur.scalar("<Q", 8, "tensor count")
         n_kv = cur.scalar("<Q", 8, "metadata count")
-        # Each entry takes at least 8+4 bytes: a count beyond that is a damaged header, not a big model.
+        # Each entry takes at least 8+4 bytes: a count beyond that is a damaged header or a cut-short file.
         if n_kv * 12 > size or n_tensors * 24 > size:
+            if n_kv <= _PLAUSIBLE_KV and n_tensors <= _PLAUSIBLE_TENSORS:
+                raise ModelFileError(
+                    f"{path.name} is truncated: its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors "
+                    f"but the file ends at byte {size:,}"
+                )
             raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
         meta: dict[str, Any] = {}
         tokens: list[str] = []
@@ -222,8 +243,7 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
         if align <= 0 or align & (align - 1):
             raise ModelFileError(f"{path.name} is damaged: alignment {align} is not a power of two")
         data_start = cur.pos + (-cur.pos % align)
-        tensors = []
-        n_params = 0
+        sized = []
         for name, dims, ttype, offset in infos:
             try:
                 qtype = GGMLQuantizationType(ttype)
@@ -235,11 +255,24 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
                 n_el *= d
             if n_el % block:
                 raise ModelFileError(f"{path.name} is damaged: tensor '{name}' has {n_el} elements, not a multiple of {block}")
-            nbytes = n_el // block * type_size
+            if offset % align:
+                raise ModelFileError(f"{path.name} is damaged: the data offset of tensor '{name}' ({offset:,}) is not aligned to {align}")
+            sized.append((name, dims, qtype, offset, n_el, n_el // block * type_size))
+        # Tensors lie one after another: a cut-short file ends inside that run, a damaged offset points beyond it.
+        data_end = data_start + sum(nbytes + (-nbytes % align) for *_, nbytes in sized)
+        tensors = []
+        n_params = 0
+        for name, dims, qtype, offset, n_el, nbytes in sized:
             end = data_start + offset + nbytes
-            if offset % align or end > size:
+            if end > size and end <= data_end:
+                full = max(e for e in (data_start + t[3] + t[5] for t in sized) if e <= data_end)
                 raise ModelFileError(
-                    f"{path.name} is truncated or damaged: the data of tensor '{name}' ends at byte {end:,}, "
+                    f"{path.name} is truncated: it has {size:,} bytes but its tensor data runs to byte "
+                    f"{full:,} ({size / full:.0%} present; the download or copy was cut short)"
+                )
+            if end > size:
+                raise ModelFileError(
+                    f"{path.name} is damaged: the data of tensor '{name}' would end at byte {end:,}, "
                     f"past the end of the file ({size:,} bytes)"
                 )
             n_params += n_el
