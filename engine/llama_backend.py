@@ -290,6 +290,9 @@ class LlamaModel:
     def sync(self, tokens: Sequence[int]) -> int:
         """Make the cache a prefix of `tokens`; returns how many it already holds."""
         n = self.common_prefix(tokens)
+        if n < len(self.kv) and not self.can_trim:
+            self.clear()  # a recurrent state cannot be cut back: read everything again
+            return 0
         self.truncate(n)
         return n
 

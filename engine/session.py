@@ -176,14 +176,19 @@ class Session:
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int) -> list[tuple[int, float]]:
         probe = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
-        model.clear()
-        model.decode(probe, "none")
-        base = len(model.kv)
+        def back_to_probe() -> None:
+            if model.can_trim and len(model.kv) >= len(probe):
+                model.truncate(len(probe))
+            else:  # a recurrent state cannot be rolled back: read the probe again
+                model.clear()
+                model.decode(probe, "none")
+
+        back_to_probe()
         model.decode(probe[:1], "all")  # warm-up: the first pass allocates compute graphs
         out = []
-        for n in sizes:
+        for n in sizes if model.can_trim else sizes[:1]:
             for _ in range(repeats):
-                model.truncate(base)
+                back_to_probe()
                 t = time.perf_counter()
                 model.decode((probe * 16)[:n], "all")
                 out.append((n, time.perf_counter() - t))

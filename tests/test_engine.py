@@ -279,3 +279,36 @@ def test_utf8_is_never_split(plain):
         for e in events:
             if isinstance(e, TokenEvent):
                 e.text.encode("utf-8")  # a lone surrogate would raise
+
+
+def test_recurrent_target_falls_back_to_plain_decoding_and_says_so(tmp_path):
+    from tiny_models import write_tiny_mamba
+
+    mamba = write_tiny_mamba(tmp_path / "mamba.gguf")
+    s = Session(mamba, "lookup")
+    try:
+        assert s.drafter is None and "plain decoding only" in s.notes[0]
+        first = list(s.chat([{"role": "user", "content": "hello world"}], GenerationSettings(max_tokens=8)))
+        assert first[-1].stats.drafted == 0 and "cannot roll back" in first[-1].stats.note
+        # A new turn cannot reuse a recurrent state partially: it is read again, correctly.
+        again = list(s.chat([{"role": "user", "content": "hello world"}], GenerationSettings(max_tokens=8)))
+        assert tokens_of(again) == tokens_of(first)
+    finally:
+        s.close()
+
+
+def test_switching_drafters_keeps_the_target_and_stays_exact(tiny):
+    s = Session(tiny["target"], None, calibrate=False)
+    try:
+        target_model = s.target
+        want = tokens_of(s.complete("hello world the code", GenerationSettings(draft_max=0, max_tokens=30)))
+        for spec in (str(tiny["drafter"]), "lookup", f"lookup+{tiny['drafter']}", "none", str(tiny["drafter"])):
+            s.set_drafter(spec)
+            assert s.target is target_model
+            got = tokens_of(s.complete("hello world the code", GenerationSettings(draft_max=3, max_tokens=30)))
+            assert got == want, spec
+        with pytest.raises(IncompatiblePairError):
+            s.set_drafter(str(tiny["other-vocab"]))
+        assert s.spec.model == tiny["drafter"]  # a failed switch leaves the working drafter in place
+    finally:
+        s.close()

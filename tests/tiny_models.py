@@ -151,6 +151,61 @@ OTHER_VOCAB = replace(TARGET, name="tiny-other-vocab", vocab_variant="upper", se
 STANDARD = {"target": TARGET, "drafter": DRAFTER, "other-vocab": OTHER_VOCAB}
 
 
+def write_tiny_mamba(path: Path, seed: int = 5) -> Path:
+    """A recurrent (Mamba) model: its state cannot be rolled back, so it cannot verify drafts."""
+    tokens, scores, types = vocabulary(TARGET)
+    n_vocab, d = len(tokens), 64
+    d_inner, d_state, d_conv, dt_rank = 128, 8, 4, 4
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    w = GGUFWriter(str(path), "mamba")
+    w.add_name("tiny-mamba")
+    w.add_context_length(1024)
+    w.add_embedding_length(d)
+    w.add_block_count(2)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(dt_rank)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(0)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHATML)
+    w.add_tensor("token_embd.weight", mat(n_vocab, d, np.sqrt(d)))
+    w.add_tensor("output_norm.weight", np.ones(d, np.float32))
+    w.add_tensor("output.weight", mat(n_vocab, d, 2.5))
+    for i in range(2):
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", np.ones(d, np.float32))
+        w.add_tensor(b + "ssm_in.weight", mat(2 * d_inner, d))
+        w.add_tensor(b + "ssm_conv1d.weight", mat(d_inner, d_conv))
+        w.add_tensor(b + "ssm_conv1d.bias", np.zeros(d_inner, np.float32))
+        w.add_tensor(b + "ssm_x.weight", mat(dt_rank + 2 * d_state, d_inner))
+        w.add_tensor(b + "ssm_dt.weight", mat(d_inner, dt_rank))
+        w.add_tensor(b + "ssm_dt.bias", np.zeros(d_inner, np.float32))
+        w.add_tensor(b + "ssm_a", -np.exp(rng.standard_normal((d_inner, d_state))).astype(np.float32))
+        w.add_tensor(b + "ssm_d", np.ones(d_inner, np.float32))
+        w.add_tensor(b + "ssm_out.weight", mat(d, d_inner, 0.5))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def write_standard_set(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     return {key: write_tiny_model(folder / f"tiny-{key}.gguf", spec) for key, spec in STANDARD.items()}
