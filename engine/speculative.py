@@ -226,10 +226,5 @@ def generate(
         if drafter is not None:
             drafter.commit(ctx)
     _settle(pending, stats.clock(), costs)
-    tail = text.flush()
-    reply = "".join(text.parts)
-    yield DoneEvent(
-        finish_reason=finish or FinishReason.STOP,
-        text=reply,
-        stats=stats.finish(costs, note, trailing_text=tail),
-    )
+    text.flush()  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
+    yield DoneEvent(finish_reason=finish or FinishReason.STOP, text="".join(text.parts), stats=stats.finish(costs, note))

@@ -81,7 +81,7 @@ class StatsTracker:
         ts = self.token_times
         return [b - a for a, b in zip(ts, ts[1:])]
 
-    def finish(self, costs: CostModel, note: str, trailing_text: str = "") -> Stats:
+    def finish(self, costs: CostModel, note: str) -> Stats:
         wall = time.perf_counter() - self.t0 - self.consumer_s
         gen_s = max(wall - self.prefill_s, 1e-9)
         llama_s = self.target.decode_s - self._target_decode0
