@@ -8,7 +8,12 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="draftlight", description="A local chat that shows speculative decoding at work.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--self-test", action="store_true", help="check this installation offscreen and exit (0 = ok)")
     args, qt_args = parser.parse_known_args(argv)
+    if args.self_test:
+        from .selftest import run
+
+        return run()
     if args.version:
         from importlib.metadata import PackageNotFoundError, version
 
