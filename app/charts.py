@@ -92,7 +92,7 @@ class SpeedChart(_Chart):
     """A line: cumulative tokens/s against tokens emitted, one point per round."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Tokens/s over the reply", parent)
+        super().__init__("Tokens/s", parent)
         self.points: tuple[tuple[int, float], ...] = ()
         self.plain: float | None = None
 
@@ -128,3 +128,12 @@ class SpeedChart(_Chart):
         p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
         p.drawText(QRectF(r.left(), r.bottom() + 2, r.width(), _MARGIN_B - 2),
                    Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop, f"{x_max} tokens")
+        if self.plain:
+            # Key for the dashed line, in the free corner above the plot.
+            p.setPen(QPen(QColor(OKABE_ITO["orange"]), 1.5, Qt.PenStyle.DashLine))
+            y = _MARGIN_T / 2
+            x0 = self.width() - _MARGIN_R - 150
+            p.drawLine(QPointF(x0, y), QPointF(x0 + 18, y))
+            p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+            p.drawText(QRectF(x0 + 22, 0, 130, _MARGIN_T - 2), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                       "plain decoding (est.)")

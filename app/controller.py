@@ -27,6 +27,7 @@ from .reply_recorder import ReplyRecorder
 from .reply_stats import ReplyStats
 from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, load_settings, save_settings
 from .store import ChatStore, StoreError
+from .tasks import Task, TaskState
 from .worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
 
 FLUSH_MS = 30
@@ -83,6 +84,8 @@ class ChatController(QObject):
     """No model is installed and none was ever chosen: offer the default pair."""
     sig_loaded = Signal(object)
     """A pair finished loading (LoadedInfo)."""
+    sig_task_started = Signal(object)
+    """A long model job (tasks.Task) started; its own signals report progress."""
     _request_load = Signal(object)
     _request_reply = Signal(object)
     _request_shutdown = Signal()
@@ -112,6 +115,7 @@ class ChatController(QObject):
         self._drafters_generation = 0
         self._drafters_ready = False
         self._closed = False
+        self.tasks: dict[str, Task] = {}
 
         self.thread = QThread(self)
         self.thread.setObjectName("engine")
@@ -153,6 +157,8 @@ class ChatController(QObject):
         if self._closed:
             return
         self._closed = True
+        for task in self.tasks.values():
+            task.cancel.set()  # downloads keep their bytes and resume next time
         self.worker.stop()
         self._request_shutdown.emit()
         self.thread.quit()
@@ -305,6 +311,32 @@ class ChatController(QObject):
         want = self.wanted_load()
         if want is not None and want != req:
             self.ensure_loaded()
+
+    # -- long model jobs -------------------------------------------------------------------------
+    def start_task(self, task: Task, use_pair: bool = False) -> Task:
+        """Run a download / install / import; when `use_pair`, choose its (target, drafter) once done."""
+        running = self.tasks.get(task.key)
+        if running is not None and running.state == TaskState.RUNNING:
+            return running
+        task.use_pair = use_pair
+        self.tasks[task.key] = task
+        task.sig_finished.connect(self._task_finished)
+        task.start()
+        self.sig_task_started.emit(task)
+        return task
+
+    def _task_finished(self, task: Task) -> None:
+        if self._closed:
+            return
+        if task.state == TaskState.DONE:
+            result = task.result
+            pair = result if isinstance(result, tuple) and len(result) == 2 else None
+            if pair is not None and (task.use_pair or not self.settings.target):
+                self.update_settings(target=str(pair[0]), drafter=str(pair[1]))
+            self.sig_notice.emit(Notice(f"{task.title}: done.", Level.INFO))
+        elif task.state == TaskState.FAILED and task.error is not None:
+            self.sig_notice.emit(explain(task.error))
+        self.refresh_models(then_load=True)
 
     # -- conversations ------------------------------------------------------------------------
     def _conversations(self) -> list[Conversation]:

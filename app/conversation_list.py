@@ -36,7 +36,7 @@ class ConversationList(QWidget):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.new_button = QPushButton("＋ New chat")
+        self.new_button = QPushButton("+ New chat")
         self.new_button.setObjectName("new_chat")
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search chats…")

@@ -16,8 +16,8 @@ class InputBox(QPlainTextEdit):
         super().__init__(parent)
         self.setPlaceholderText("Ask something…  (Enter sends, Shift+Enter starts a new line)")
         self.setTabChangesFocus(True)
-        self.setMaximumHeight(120)
-        self.setMinimumHeight(56)
+        self.setMaximumHeight(96)
+        self.setMinimumHeight(48)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (

@@ -81,7 +81,7 @@ class StatsPanel(QFrame):
         f["rounds"].setText(str(s.rounds))
         f["tokens"].setText(str(s.tokens))
         total = s.draft_s + s.verify_s
-        share = f"  ({s.draft_s / total:.0%} drafting)" if total > 0 else ""
+        share = f"\n{s.draft_s / total:.0%} of the time drafting" if total > 0 else ""
         f["time"].setText(f"{s.draft_s:.2f} s / {s.verify_s:.2f} s{share}")
         f["speedup"].setText(_num(s.estimated_speedup, "{:.2f}×"))
         v = verdict(s)

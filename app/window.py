@@ -73,7 +73,8 @@ class MainWindow(QMainWindow):
         self.act_rejected.setToolTip("Show what the drafter proposed, struck through, before each correction")
         self.act_rendered = QAction("Rendered view", self, checkable=True)
         self.act_rendered.setToolTip("Show finished replies as formatted Markdown; untick for the token view")
-        for a in (self.act_new, self.act_models, self.act_compare):
+        self.addAction(self.act_new)  # Ctrl+N; the button sits above the chat list
+        for a in (self.act_models, self.act_compare):
             tb.addAction(a)
         tb.addSeparator()
         for a in (self.act_export_md, self.act_export_trace):

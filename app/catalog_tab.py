@@ -1,0 +1,158 @@
+"""Get models: the offline default pair, and the catalog of recommended pairs with download progress."""
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.errors import EngineError
+
+from .controller import ChatController
+from .model_scan import human_bytes
+from .task_row import TaskRow
+
+
+class PairCard(QFrame):
+    """One catalog pair: what it is, what it needs, and a Download button with progress."""
+
+    def __init__(self, controller: ChatController, pair, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller, self.pair = controller, pair
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        lay = QVBoxLayout(self)
+        size = sum(f.display_bytes or 0 for f in pair.files)
+        head = QLabel(f"<b>{html.escape(pair.title)}</b> · {human_bytes(size)} · {html.escape(pair.license)}"
+                      + (f" · needs about {pair.min_memory_gb:g} GB free memory" if pair.min_memory_gb else ""))
+        head.setWordWrap(True)
+        body = QLabel(
+            f"Target <code>{html.escape(pair.target.local_name)}</code>, drafter "
+            f"<code>{html.escape(pair.drafter.local_name)}</code><br>{html.escape(pair.hardware)}"
+            + (f"<br><i>{html.escape(pair.notes)}</i>" if pair.notes else "")
+        )
+        body.setWordWrap(True)
+        body.setTextFormat(Qt.TextFormat.RichText)
+        lay.addWidget(head)
+        lay.addWidget(body)
+        row = QHBoxLayout()
+        self.status = QLabel()
+        self.download_button = QPushButton("Download")
+        self.use_button = QPushButton("Use this pair")
+        row.addWidget(self.status, 1)
+        row.addWidget(self.download_button)
+        row.addWidget(self.use_button)
+        lay.addLayout(row)
+        self.task_row = TaskRow()
+        lay.addWidget(self.task_row)
+        self.download_button.clicked.connect(self._download)
+        self.use_button.clicked.connect(self._use)
+        self.refresh()
+        running = controller.tasks.get(f"download:{pair.id}")
+        if running is not None:
+            self.task_row.follow(running)
+            running.sig_finished.connect(self.refresh)
+
+    def refresh(self, *_args) -> None:
+        from .model_jobs import catalog_installed
+
+        t, d = catalog_installed(self.pair)
+        self.installed = (t, d) if t and d else None
+        if self.installed:
+            self.status.setText("✓ installed")
+        elif t or d:
+            self.status.setText("partly installed")
+        else:
+            self.status.setText("")
+        self.download_button.setVisible(not self.installed)
+        self.use_button.setVisible(bool(self.installed))
+
+    def _download(self) -> None:
+        from .model_jobs import download_task
+
+        task = self.controller.start_task(download_task(self.pair), use_pair=not self.controller.settings.target)
+        self.task_row.follow(task)
+        task.sig_finished.connect(self.refresh)
+
+    def _use(self) -> None:
+        if self.installed:
+            t, d = self.installed
+            self.controller.update_settings(target=str(t), drafter=str(d))
+
+
+class CatalogTab(QWidget):
+    def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        lay = QVBoxLayout(self)
+        box = QGroupBox("Offline default pair")
+        bl = QVBoxLayout(box)
+        text = QLabel("Qwen2.5-Coder 1.5B Instruct (target) with its 0.5B sibling (drafter), 1.6 GB, Apache-2.0. "
+                      "Installed from Python packages already on this computer: no internet needed.")
+        text.setWordWrap(True)
+        bl.addWidget(text)
+        row = QHBoxLayout()
+        self.default_status = QLabel()
+        self.default_button = QPushButton("Install the default pair")
+        self.default_button.setObjectName("install_default")
+        row.addWidget(self.default_status, 1)
+        row.addWidget(self.default_button)
+        bl.addLayout(row)
+        self.default_row = TaskRow(cancellable=False)
+        bl.addWidget(self.default_row)
+        lay.addWidget(box)
+
+        lay.addWidget(QLabel("<b>Catalog</b> — downloads from the Hugging Face hub; an interrupted download resumes."))
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        inner = QWidget()
+        il = QVBoxLayout(inner)
+        try:
+            from engine.catalog import load_catalog
+
+            pairs = load_catalog()
+        except (EngineError, ImportError) as exc:
+            pairs = []
+            il.addWidget(QLabel(f"The catalog cannot be read: {html.escape(str(exc))}"))
+        self.cards = [PairCard(controller, p) for p in pairs]
+        for card in self.cards:
+            il.addWidget(card)
+        il.addStretch(1)
+        scroll.setWidget(inner)
+        lay.addWidget(scroll, 1)
+        self.default_button.clicked.connect(self._install_default)
+        self._default_state()
+        running = controller.tasks.get("install-default")
+        if running is not None:
+            self.default_row.follow(running)
+            running.sig_finished.connect(self._default_state)
+
+    def _default_state(self, *_args) -> None:
+        try:
+            from engine.modelstore import default_pair
+
+            found = default_pair()
+        except (EngineError, ImportError, OSError):
+            found = None
+        self.default_status.setText("✓ installed" if found else "not installed")
+        self.default_button.setText("Use the default pair" if found else "Install the default pair")
+        self._default_paths = found
+
+    def _install_default(self) -> None:
+        if self._default_paths:
+            t, d = self._default_paths
+            self.controller.update_settings(target=str(t), drafter=str(d))
+            return
+        from .model_jobs import default_pair_task
+
+        task = self.controller.start_task(default_pair_task(), use_pair=True)
+        self.default_row.follow(task)
+        task.sig_finished.connect(self._default_state)

@@ -1,0 +1,112 @@
+"""Hardware: what llama.cpp sees on this machine, offload and context settings, and whether the pair fits."""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
+
+from .background import run_in_background
+from .controller import ChatController
+from .model_scan import human_bytes
+from .settings import DRAFT_LOOKUP, DRAFT_NONE
+
+
+class HardwareTab(QWidget):
+    def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        lay = QVBoxLayout(self)
+        self.report = QLabel("Looking at this machine…")
+        self.report.setWordWrap(True)
+        box = QGroupBox("This machine")
+        QVBoxLayout(box).addWidget(self.report)
+        lay.addWidget(box)
+
+        settings = QGroupBox("Loading")
+        form = QFormLayout(settings)
+        s = controller.settings
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(256, 262144)
+        self.n_ctx.setSingleStep(1024)
+        self.n_ctx.setValue(s.n_ctx or 4096)
+        self.n_ctx.setSuffix(" tokens")
+        self.gpu_layers = QSpinBox()
+        self.gpu_layers.setRange(-1, 999)
+        self.gpu_layers.setSpecialValueText("all")
+        self.gpu_layers.setValue(s.n_gpu_layers)
+        self.threads = QSpinBox()
+        self.threads.setRange(0, 256)
+        self.threads.setSpecialValueText("all cores")
+        self.threads.setValue(s.n_threads or 0)
+        form.addRow("Context length", self.n_ctx)
+        form.addRow("Layers on the GPU", self.gpu_layers)
+        form.addRow("CPU threads", self.threads)
+        self.estimate = QLabel("")
+        self.estimate.setObjectName("memory_estimate")
+        self.estimate.setWordWrap(True)
+        form.addRow("Memory", self.estimate)
+        self.apply_button = QPushButton("Apply and reload")
+        form.addRow("", self.apply_button)
+        lay.addWidget(settings)
+        lay.addStretch(1)
+        self._debounce = QTimer(self, singleShot=True, interval=250)
+        self._debounce.timeout.connect(self._estimate)
+        for w in (self.n_ctx, self.gpu_layers):
+            w.valueChanged.connect(lambda _v: self._debounce.start())
+        self.apply_button.clicked.connect(self._apply)
+        self._generation = 0
+        run_in_background(self._read_report, self._show_report, lambda e: self.report.setText(str(e)))
+        self._estimate()
+
+    @staticmethod
+    def _read_report():
+        from engine.hardware import hardware_report
+
+        return hardware_report()
+
+    def _show_report(self, r) -> None:
+        devices = "".join(
+            f"<li>{html.escape(d.description or d.name)} ({html.escape(d.kind)}"
+            + (f", {human_bytes(d.memory_free)} free of {human_bytes(d.memory_total)}" if d.memory_total else "")
+            + ")</li>" for d in r.devices)
+        offload = ("yes: layers can run on the GPU" if r.gpu_offload
+                   else "no: this build of llama.cpp runs on the CPU only (install a CUDA, Metal or Vulkan build "
+                        "of llama-cpp-python to use a GPU)")
+        self.report.setText(
+            f"llama.cpp backends: <b>{html.escape(', '.join(r.backends))}</b><br>"
+            f"GPU offload: {offload}<br>CPU threads: {r.cpu_threads}<br>"
+            f"RAM: {human_bytes(r.ram_available)} free of {human_bytes(r.ram_total)}<br>Devices:<ul>{devices}</ul>"
+        )
+        if not r.gpu_offload:
+            self.gpu_layers.setEnabled(False)
+            self.gpu_layers.setToolTip("No GPU offload in this build")
+
+    def _estimate(self) -> None:
+        s = self.controller.settings
+        if not s.target or not Path(s.target).is_file():
+            self.estimate.setText("Choose a target model to see what it needs.")
+            return
+        drafter = None if s.drafter in (DRAFT_NONE, DRAFT_LOOKUP) else Path(s.drafter)
+        n_ctx, ngl = self.n_ctx.value(), self.gpu_layers.value()
+        self._generation += 1
+        gen = self._generation
+
+        def job():
+            from engine.hardware import estimate_pair_memory
+
+            return estimate_pair_memory(Path(s.target), drafter, n_ctx, ngl)
+
+        def done(est) -> None:
+            if gen == self._generation:
+                mark = "✓" if est.fits else "⚠"
+                # The engine words its advice for the command line; here the settings are above.
+                message = est.message.replace(" (--gpu-layers)", "").replace(" (--ctx)", "")
+                self.estimate.setText(f"{mark} {html.escape(message)}")
+
+        run_in_background(job, done, lambda e: self.estimate.setText(html.escape(str(e))))
+
+    def _apply(self) -> None:
+        self.controller.update_settings(n_ctx=self.n_ctx.value(), n_gpu_layers=self.gpu_layers.value(),
+                                        n_threads=self.threads.value() or None)

@@ -1,0 +1,42 @@
+"""The long model jobs, as plain functions for a Task (no Qt): download a pair, install the default, import."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from engine import catalog, default_pair, download, modelstore
+
+from .tasks import Report, Task, rate_detail
+
+
+def download_task(pair: catalog.CatalogPair) -> Task:
+    def job(report: Report, cancel: threading.Event) -> tuple[Path, Path]:
+        def progress(p: download.DownloadProgress) -> None:
+            report(p.filename, p.fraction, rate_detail(p.done_bytes, p.total_bytes, p.bytes_per_s))
+
+        return download.download_pair(pair, progress=progress, cancel=cancel)
+
+    return Task(f"download:{pair.id}", f"Downloading {pair.title}", job, (download.DownloadCancelled,))
+
+
+def default_pair_task() -> Task:
+    def job(report: Report, cancel: threading.Event) -> tuple[Path, ...]:
+        # Joining local chunk files is not cancellable part-way (it takes under a minute).
+        return default_pair.install_default(progress=lambda name, fraction: report(name, fraction, "joining and checking"))
+
+    return Task("install-default", "Installing the offline default pair", job)
+
+
+def import_task(src: Path, copy: bool = True) -> Task:
+    def job(report: Report, cancel: threading.Event) -> modelstore.ModelRecord:
+        def progress(done: int, total: int) -> None:
+            report(src.name, done / total if total else None, rate_detail(done, total, 0))
+
+        return modelstore.import_model(src, copy=copy, progress=progress)
+
+    return Task(f"import:{src}", f"Importing {src.name}", job)
+
+
+def catalog_installed(pair: catalog.CatalogPair) -> tuple[Path | None, Path | None]:
+    """Where the pair's files are in the model folder (None for a missing one)."""
+    return download.installed_path(pair.target), download.installed_path(pair.drafter)

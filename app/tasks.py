@@ -1,0 +1,104 @@
+"""Long model jobs (downloads, installing the default pair, importing a file) on their own threads.
+
+A Task outlives the dialog that started it (the controller keeps them), so closing the Models
+dialog does not cut a download; reopening it shows the progress again. Each job gets a
+`report(what, fraction, detail)` callable and a cancel Event; progress reaches the GUI thread as
+queued signals, at most a few per second.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+
+class TaskState(str, Enum):
+    """Where a task is."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One progress report."""
+
+    what: str
+    """The file or step in progress."""
+    fraction: float | None
+    """0-1, or None when the total is unknown."""
+    detail: str
+    """e.g. '312 MB of 1.1 GB, 12 MB/s, 1 min left'."""
+
+
+Report = Callable[[str, float | None, str], None]
+
+
+class Task(QObject):
+    """One job; `key` names it (e.g. 'download:qwen2.5-coder-1.5b')."""
+
+    sig_progress = Signal(object)
+    """A Progress report."""
+    sig_finished = Signal(object)
+    """The task ended (this Task; see .state, .result, .error)."""
+
+    def __init__(self, key: str, title: str, job: Callable[[Report, threading.Event], Any],
+                 cancelled_types: tuple[type[BaseException], ...] = ()) -> None:
+        super().__init__()
+        self.key, self.title = key, title
+        self.cancel = threading.Event()
+        self.state = TaskState.RUNNING
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.last: Progress | None = None
+        self.use_pair = False
+        """When the job yields a (target, drafter) pair: make it the current pair once done."""
+        self._job = job
+        self._cancelled_types = cancelled_types
+        self._last_emit = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"task-{key}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _report(self, what: str, fraction: float | None, detail: str = "") -> None:
+        now = time.monotonic()
+        final = fraction is not None and fraction >= 1.0
+        if now - self._last_emit < 0.1 and not final:
+            return  # a few reports per second is plenty for a progress bar
+        self._last_emit = now
+        self.last = Progress(what, fraction, detail)
+        self.sig_progress.emit(self.last)
+
+    def _run(self) -> None:
+        try:
+            self.result = self._job(self._report, self.cancel)
+            self.state = TaskState.DONE
+        except BaseException as exc:  # noqa: BLE001 - reported to the window
+            self.error = exc
+            cancelled = self.cancel.is_set() or isinstance(exc, self._cancelled_types)
+            self.state = TaskState.CANCELLED if cancelled else TaskState.FAILED
+        self.sig_finished.emit(self)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+def rate_detail(done: int, total: int | None, bytes_per_s: float) -> str:
+    from .model_scan import human_bytes
+
+    out = human_bytes(done) + (f" of {human_bytes(total)}" if total else "")
+    if bytes_per_s > 0:
+        out += f", {human_bytes(bytes_per_s)}/s"
+        if total:
+            left = max(total - done, 0) / bytes_per_s
+            out += f", {left / 60:.0f} min left" if left >= 90 else f", {left:.0f} s left"
+    return out
