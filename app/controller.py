@@ -15,9 +15,8 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal
 
 from engine.errors import ModelFileError
 from engine.events import FinishReason
-from engine.llama_backend import LoadSettings
 from engine.sampling import SamplingParams
-from engine.session import GenerationSettings
+from engine.session import GenerationSettings, LoadSettings
 
 from .background import run_in_background
 from .errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain

@@ -131,13 +131,13 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, str | None]:
     """The saved settings and, when the file was damaged, a message saying where it was moved."""
     path = path or settings_path()
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return AppSettings(), None
     except OSError as exc:
         return AppSettings(), f"Could not read the settings ({exc.strerror}); using defaults."
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as exc:

@@ -15,8 +15,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import EngineError
-from engine.llama_backend import LoadSettings
-from engine.session import GenerationSettings, Session
+from engine.session import GenerationSettings, LoadSettings, Session
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,88 @@
+"""Model choice in the app: the drafter picker, the Models dialog, and Compare, on the tiny real models."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import shutil  # noqa: E402
+
+from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+
+from app.settings import DRAFT_LOOKUP, DRAFT_NONE  # noqa: E402
+from app.tasks import TaskState  # noqa: E402
+
+
+def test_drafter_picker_offers_only_compatible_drafters(qtbot, tiny, isolated_home):
+    installed = install_tiny(tiny, isolated_home)
+    w = open_window(qtbot)
+    qtbot.waitUntil(lambda: len(w.bar.drafter_choices()) > 2, timeout=REPLY_TIMEOUT_MS)
+    assert w.bar.drafter_choices() == [str(installed["drafter"]), DRAFT_LOOKUP, DRAFT_NONE]
+    assert w.bar.current_drafter() == str(installed["drafter"])
+    targets = [w.bar.target.itemData(i) for i in range(w.bar.target.count())]
+    assert {str(p) for p in installed.values()} <= set(targets)
+
+    # A target with another vocabulary: no installed model can draft for it, and the chosen drafter
+    # gives way to prompt lookup before anything is loaded (no pairing error).
+    with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
+        w.controller.update_settings(target=str(installed["other-vocab"]))
+    assert w.bar.drafter_choices() == [DRAFT_LOOKUP, DRAFT_NONE]
+    assert w.controller.settings.drafter == DRAFT_LOOKUP
+    assert loaded.args[0].request.drafter == DRAFT_LOOKUP
+    assert not w.notice.isVisible()
+
+
+def test_models_dialog_explains_pairs_and_imports_a_file(qtbot, tiny, isolated_home, tmp_path):
+    installed = install_tiny(tiny, isolated_home)
+    (isolated_home / "data" / "models" / installed["other-vocab"].name).unlink()
+    w = open_window(qtbot)
+    from app.models_dialog import ModelsDialog
+
+    dlg = ModelsDialog(w.controller, w)
+    qtbot.addWidget(dlg)
+    tab = dlg.installed
+    qtbot.waitUntil(lambda: tab.pairs.topLevelItemCount() == 1, timeout=REPLY_TIMEOUT_MS)
+    assert tab.table.rowCount() == 2
+
+    outside = tmp_path / "elsewhere" / "another-vocab.gguf"
+    outside.parent.mkdir()
+    shutil.copy(tiny["other-vocab"], outside)
+    tab.import_file(outside)
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 3, timeout=REPLY_TIMEOUT_MS)
+    assert tab.import_row.task.state == TaskState.DONE
+    assert (isolated_home / "data" / "models" / outside.name).is_file()
+    qtbot.waitUntil(lambda: tab.pairs.topLevelItemCount() == 2, timeout=REPLY_TIMEOUT_MS)
+    rows = {tab.pairs.topLevelItem(i).text(0).split(" · ")[0]: tab.pairs.topLevelItem(i) for i in range(2)}
+    assert rows["tiny-drafter"].text(1).startswith("✓")
+    bad = rows["tiny-other-vocab"]
+    assert bad.text(1).startswith("✗") and "differs" in bad.text(2)
+
+    # A damaged file is refused with its reason, and nothing is added.
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(installed["target"].read_bytes()[:5000])
+    tab.import_file(broken)
+    qtbot.waitUntil(lambda: tab.import_row.task.state != TaskState.RUNNING, timeout=REPLY_TIMEOUT_MS)
+    assert tab.import_row.task.state == TaskState.FAILED
+    assert "broken.gguf" in tab.import_row.label.text()
+    assert not (isolated_home / "data" / "models" / "broken.gguf").exists()
+
+
+def test_compare_runs_plain_decoding_next_to_the_reply(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home)
+    w = open_window(qtbot)
+    reply = send(qtbot, w)
+    from app.compare_dialog import CompareDialog
+
+    dlg = CompareDialog(w.controller, w.controller.messages, w)
+    qtbot.addWidget(dlg)
+    dlg.start()
+    assert not w.send_button.isEnabled()  # one reply at a time on the engine thread
+    qtbot.waitUntil(lambda: dlg.run.done is not None or dlg.run.error is not None, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.send_button.isEnabled(), timeout=REPLY_TIMEOUT_MS)
+    plain = dlg.run.done.stats
+    assert plain.drafted == 0 and plain.tokens > 0
+    assert dlg.right.toPlainText() == dlg.run.done.text
+    identical = dlg.run.done.text == reply.text
+    assert ("identical" in dlg.verdict.text()) == identical
+    assert "the speed of plain decoding" in dlg.verdict.text()
+    assert len(list(dlg.left.token_fragments())) > 0  # the recorded reply keeps its highlighting
