@@ -332,9 +332,9 @@ def download_file(f: CatalogFile, dest_dir: Path | None = None, progress: Progre
     headers = _strip_auth_off_hub(hf_utils.build_hf_headers(token=token), hub_url, location)
     writer = _PartWriter(part, f, size, progress, cancel)
     kwargs = {"resume_size": writer.done, "headers": headers, "expected_size": size,
-              "displayed_filename": f.local_name, "tqdm_class": _NoBar}
-    if "_nb_retries" in inspect.signature(http_get).parameters:
-        kwargs["_nb_retries"] = max(retries, 0)
+              "displayed_filename": f.local_name, "tqdm_class": _NoBar, "_nb_retries": max(retries, 0)}
+    accepted = inspect.signature(http_get).parameters  # older huggingface_hub releases take fewer options
+    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     try:
         if size is None or writer.done < size:
             writer.report()
