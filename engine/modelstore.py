@@ -341,7 +341,8 @@ def import_model(src: Path, folder: Path | None = None, copy: bool = True,
     folder.mkdir(parents=True, exist_ok=True)
     name = src.name if src.suffix.lower() == ".gguf" else src.name + ".gguf"
     if src.absolute().parent.resolve() == folder.resolve() and src.name == name:
-        register(src, SOURCE_IMPORTED, folder=folder)  # already in the folder
+        if _entry(src, folder) is None:  # already in the folder: keep what the registry knows about it
+            register(src, SOURCE_IMPORTED, folder=folder)
         return verify(src, folder)
     if not copy:
         register(src.resolve(), SOURCE_IMPORTED, folder=folder)

@@ -41,6 +41,14 @@ def test_importing_the_same_file_twice_keeps_one_copy(folder, tiny):
     assert a.path == b.path and len(modelstore.list_models()) == 1
 
 
+def test_importing_a_file_already_in_the_folder_keeps_its_record(folder, tiny):
+    dest = folder / "tiny-target.gguf"
+    dest.write_bytes(tiny["target"].read_bytes())
+    modelstore.register(dest, "catalog:tiny", "ab" * 32)
+    rec = modelstore.import_model(dest)
+    assert (rec.path, rec.source, rec.sha256) == (dest, "catalog:tiny", "ab" * 32)
+
+
 def test_a_different_model_with_the_same_name_gets_a_new_name(folder, tiny, tmp_path):
     modelstore.import_model(tiny["target"])
     other = tmp_path / "other" / "tiny-target.gguf"
