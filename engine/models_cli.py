@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+from .errors import EngineError
+
 
 def _size(n: int | None) -> str:
     if n is None:
@@ -37,6 +39,13 @@ class _Progress:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self.last: dict[str, int] = {}
+        self.open_line = False
+
+    def end_line(self) -> None:
+        """Before an error message: do not append it to a half-drawn progress line."""
+        if self.open_line:
+            sys.stderr.write("\n")
+            self.open_line = False
 
     def bytes(self, p) -> None:  # engine.download.DownloadProgress
         pct = p.fraction
@@ -55,8 +64,9 @@ class _Progress:
     def _emit(self, key: str, line: str, fraction: float | None) -> None:
         if self.tty:
             sys.stderr.write("\r\x1b[2K" + line)
+            self.open_line = True
             if fraction is not None and fraction >= 1:
-                sys.stderr.write("\n")
+                self.end_line()
             sys.stderr.flush()
             return
         step = int((fraction or 0) * 10)
@@ -155,7 +165,11 @@ def cmd_install_default(args) -> int:
     from .default_pair import install_default
 
     bar = _Progress()
-    target, drafter = install_default(Path(args.folder) if args.folder else None, progress=bar.fraction)
+    try:
+        target, drafter = install_default(Path(args.folder) if args.folder else None, progress=bar.fraction)
+    except (EngineError, KeyboardInterrupt):
+        bar.end_line()
+        raise
     print(f"target:  {target}\ndrafter: {drafter}")
     return 0
 
@@ -172,8 +186,12 @@ def cmd_download(args) -> int:
         target, drafter = _run_cancellable(
             lambda: download.download_pair(pair, folder, bar.bytes, cancel, args.endpoint), cancel)
     except download.DownloadCancelled as exc:
+        bar.end_line()
         print(exc, file=sys.stderr)
         return 130
+    except EngineError:
+        bar.end_line()
+        raise
     print(f"target:  {target}\ndrafter: {drafter}")
     print(f"({time.monotonic() - t0:.0f} s)", file=sys.stderr)
     return 0
