@@ -207,7 +207,7 @@ class _PartWriter:
 
 
 def _metadata(f: CatalogFile, endpoint: str | None, token: str | bool | None):
-    """HEAD the file on the hub: (url to GET, etag, size). Errors become one clear DownloadError."""
+    """HEAD the file on the hub: (url to GET, etag, size, hub url). Errors become one clear DownloadError."""
     from huggingface_hub import errors as hf_errors
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
