@@ -242,9 +242,7 @@ def run(argv: list[str] | None = None) -> int:
 
                 traceback.print_exc()
             message = str(exc) or type(exc).__name__
-            from engine.errors import EngineError
-
-            if not isinstance(exc, EngineError):
+            if not _is_engine_error(exc):
                 message = f"{type(exc).__name__}: {message}"
             return _fail(label, message)
     elapsed = time.perf_counter() - start
@@ -253,6 +251,17 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _is_engine_error(exc: Exception) -> bool:
+    try:
+        from engine.errors import EngineError
+    except Exception:  # noqa: BLE001 - the engine itself is what broke
+        return False
+    return isinstance(exc, EngineError)
+
+
 def _fail(label: str, message: str) -> int:
-    print(f"{FAILED}: {label}: {message}", flush=True)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) > 1:  # e.g. numpy's import advice: show it, and let the verdict carry its last line
+        print("\n".join(f"  | {line}" for line in lines), flush=True)
+    print(f"{FAILED}: {label}: {lines[-1] if lines else message}", flush=True)
     return 1

@@ -79,3 +79,13 @@ def test_missing_qt_platform_plugin_is_reported_not_a_core_dump(platform):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"self-test FAILED: Qt: Qt platform plugin '{platform}' is not in this installation")
     assert "reinstall Draftlight" in last
+
+
+def test_installer_files_check_out():
+    """Workflow YAML, build scripts' syntax, and every path the spec, the .iss and the workflow name."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "installers" / "check_installers.py")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "installer files check out"

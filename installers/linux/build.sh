@@ -16,8 +16,9 @@
 # DRAFTLIGHT_CMAKE_ARGS replaces the flavour's CMake flags entirely.
 #
 # Other settings: PYTHON (interpreter for the build venv, >= 3.11; default python3),
-# DRAFTLIGHT_VENV (default build/venv-<flavour>; kept between runs, so llama-cpp-python is only
-# recompiled when the flags change).
+# DRAFTLIGHT_VENV (default ~/.cache/draftlight-build/venv-<flavour>-py3.X, outside the checkout and
+# kept between runs and clones, so llama-cpp-python is only recompiled when its flags change;
+# delete it to start from nothing).
 #
 # Build on the oldest distribution you want to support: the bundle carries its own Python, Qt and
 # libraries, but needs a glibc at least as new as the build machine's (CI uses Ubuntu 22.04).
@@ -58,7 +59,9 @@ NAME="Draftlight-$VERSION-linux-$ARCH$SUFFIX"
 echo "==> Draftlight $VERSION, flavour $FLAVOUR (CMAKE_ARGS='$CMAKE_FLAGS')"
 
 # 1. A build environment of its own.
-VENV="${DRAFTLIGHT_VENV:-build/venv-$FLAVOUR}"
+PYVER="$("$PYTHON" -c 'import sys; print(f"py{sys.version_info.major}.{sys.version_info.minor}")')"
+VENV="${DRAFTLIGHT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/draftlight-build/venv-$FLAVOUR-$PYVER}"
+mkdir -p "$(dirname "$VENV")"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$(cd "$VENV" && pwd)/bin/python"
 "$PY" -m pip install -q --upgrade pip
@@ -83,18 +86,8 @@ fi
 # 3. Draftlight and its dependencies (llama-cpp-python is already satisfied), and PyInstaller.
 "$PY" -m pip install -q "$ROOT" -r installers/requirements-build.txt
 
-# 4. The build must be the flavour we asked for: a portable CPU build reports no AVX-512 or AMX.
-"$PY" - "$FLAVOUR" <<'EOF'
-import sys
-from engine import llama_backend
-flavour = sys.argv[1]
-info, backends = llama_backend.system_info(), llama_backend.backends()
-print(f"==> llama.cpp backends {backends}: {info.strip()}")
-if flavour in ("cpu", "cuda") and any(f"{k} = 1" in info for k in ("AVX512", "AMX_INT8", "AVX_VNNI")):
-    sys.exit("build.sh: llama.cpp was compiled for this machine's CPU (AVX-512/AMX on): not portable")
-if flavour == "cuda" and "CUDA" not in backends:
-    sys.exit("build.sh: the cuda flavour has no CUDA backend: is nvcc on PATH?")
-EOF
+# 4. The build must be the flavour we asked for (a portable CPU build reports no AVX-512 or AMX).
+"$PY" installers/check_flavour.py "$FLAVOUR"
 
 # 5. The bundle.
 echo "==> PyInstaller"
