@@ -90,19 +90,6 @@ class GGUFInfo:
         v = self.metadata.get(f"{self.architecture}.block_count")
         return int(v) if v is not None else None
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "file": str(self.path),
-            "name": self.name,
-            "architecture": self.architecture,
-            "parameters": self.n_params,
-            "quantization": self.quantization,
-            "context_length": self.context_length,
-            "vocab_size": self.vocab_size,
-            "chat_template": self.has_chat_template,
-            "size_bytes": self.size,
-        }
-
 
 class _Cursor:
     def __init__(self, buf: mmap.mmap | bytes, size: int, path: Path) -> None:
