@@ -126,13 +126,16 @@ def generate(
     # Prefill: the target reads the prompt, less the last token (scored with the first draft).
     t_prefill = time.perf_counter()
     reused = target.sync(prompt[:-1])
-    if reused < len(prompt) - 1:
-        target.decode(prompt[reused:-1], "none")
-    if drafter is not None:
+    for start in range(reused, len(prompt) - 1, target.n_batch):
+        if stop is not None and stop.is_set():
+            break  # a long prompt can take a while: a stop request is honoured between batches
+        target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
+    if drafter is not None and not (stop is not None and stop.is_set()):
         drafter.begin(prompt)
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill)
 
-    ctx = list(prompt)
+    # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
+    ctx = list(prompt[: len(target.kv) + 1])
     text = _Text(target)
     finish: FinishReason | None = None
     pending: tuple[RoundOutcome, float] | None = None

@@ -168,6 +168,20 @@ def test_stop_mid_reply_leaves_caches_consistent_and_models_usable(pair):
     assert again[-1].finish_reason is FinishReason.LENGTH and len(tokens_of(again)) == 20
 
 
+def test_stop_during_a_long_prompt_is_honoured_between_batches(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), target_load=LoadSettings(n_ctx=1024, n_batch=32), calibrate=False)
+    try:
+        gen = s.complete("hello world the code " * 60, GenerationSettings(draft_max=4, max_tokens=50))
+        s.stop()  # before the first batch is read: nothing more is decoded
+        events = list(gen)
+        assert events[-1].finish_reason is FinishReason.CANCELLED and events[-1].stats.tokens == 0
+        assert len(s.target.kv) < 32 and s.target.cache_is_consistent()
+        again = list(s.complete("hello world the code " * 60, GenerationSettings(draft_max=4, max_tokens=5)))
+        assert again[-1].finish_reason is FinishReason.LENGTH and len(tokens_of(again)) == 5
+    finally:
+        s.close()
+
+
 def test_multi_turn_reuses_the_kv_prefix(pair):
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
     first = run(pair, "x", max_tokens=1)  # something else in the cache first
