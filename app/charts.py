@@ -105,8 +105,8 @@ class SpeedChart(_Chart):
     def paintEvent(self, _event) -> None:
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        top = max([v for _, v in self.points] + [self.plain or 0.0, 1.0]) * 1.15
-        r = self._frame(p, top, "{:.0f}")
+        top = max([v for _, v in self.points] + [self.plain or 0.0, 0.1]) * 1.15
+        r = self._frame(p, top, "{:.0f}" if top >= 20 else "{:.1f}" if top >= 2 else "{:.2f}")
         if len(self.points) < 1:
             self._empty(p, r, "no tokens yet")
             return
@@ -119,8 +119,13 @@ class SpeedChart(_Chart):
             pen = QPen(QColor(OKABE_ITO["orange"]), 1.5, Qt.PenStyle.DashLine)
             p.setPen(pen)
             p.drawLine(at(0, self.plain), at(x_max, self.plain))
-        path = QPainterPath(at(*self.points[0]) if len(self.points) > 1 else at(0, self.points[0][1]))
-        for x, y in self.points[1:] if len(self.points) > 1 else self.points:
+        points = self.points
+        limit = max(2, int(r.width()))
+        if len(points) > limit:  # a long reply: one point per pixel column is all the eye can see
+            step = len(points) / limit
+            points = tuple(points[int(i * step)] for i in range(limit)) + (points[-1],)
+        path = QPainterPath(at(*points[0]) if len(points) > 1 else at(0, points[0][1]))
+        for x, y in points[1:] if len(points) > 1 else points:
             path.lineTo(at(x, y))
         p.setPen(QPen(QColor(OKABE_ITO["blue"] if self.palette().color(QPalette.ColorRole.Window).lightness() > 128
                              else OKABE_ITO["sky_blue"]), 2))

@@ -32,7 +32,7 @@ PROP_ROUND = QTextFormat.Property.UserProperty + 4
 
 _FINISH_NOTES = {
     FinishReason.CANCELLED: "stopped",
-    FinishReason.LENGTH: "reached the reply length limit (max tokens)",
+    FinishReason.LENGTH: "stopped at the max tokens limit; raise it under Sampling",
     FinishReason.CONTEXT_FULL: "the context is full",
 }
 
@@ -61,6 +61,8 @@ class TokenFragment:
     index: int
     round: int
     format: QTextCharFormat
+    position: int
+    """Document position of its first character."""
 
 
 class _CodeTracker:
@@ -265,7 +267,8 @@ class ChatView(QTextBrowser):
                 fmt = frag.charFormat()
                 if fmt.hasProperty(PROP_MARK):
                     yield TokenFragment(frag.text(), Mark(fmt.property(PROP_MARK)), int(fmt.property(PROP_MESSAGE)),
-                                        int(fmt.property(PROP_INDEX)), int(fmt.property(PROP_ROUND)), fmt)
+                                        int(fmt.property(PROP_INDEX)), int(fmt.property(PROP_ROUND)), fmt,
+                                        frag.position())
                 it += 1
             block = block.next()
 

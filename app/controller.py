@@ -29,7 +29,7 @@ from .store import ChatStore, StoreError
 from .tasks import Task, TaskState
 from .worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
 
-FLUSH_MS = 30
+FLUSH_MS = 40
 """How often streamed events reach the window (and the database)."""
 TITLE_CHARS = 48
 

@@ -45,6 +45,8 @@ class ConversationList(QWidget):
         self.list.setObjectName("conversations")
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.setEditTriggers(QListWidget.EditTrigger.EditKeyPressed)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         buttons = QHBoxLayout()
         self.rename_button = QPushButton("Rename")
         self.delete_button = QPushButton("Delete")

@@ -26,6 +26,7 @@ class HardwareTab(QWidget):
 
         settings = QGroupBox("Loading")
         form = QFormLayout(settings)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         s = controller.settings
         self.n_ctx = QSpinBox()
         self.n_ctx.setRange(256, 262144)
@@ -46,6 +47,7 @@ class HardwareTab(QWidget):
         self.estimate = QLabel("")
         self.estimate.setObjectName("memory_estimate")
         self.estimate.setWordWrap(True)
+        self.estimate.setMinimumWidth(480)
         form.addRow("Memory", self.estimate)
         self.apply_button = QPushButton("Apply and reload")
         form.addRow("", self.apply_button)

@@ -75,6 +75,11 @@ class InstalledTab(QWidget):
         self.pairs.setWordWrap(True)
         self.pairs.header().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         lay.addWidget(self.pairs, 2)
+        self.pair_detail = QLabel("")
+        self.pair_detail.setObjectName("pair_detail")
+        self.pair_detail.setWordWrap(True)
+        lay.addWidget(self.pair_detail)
+        self.pairs.currentItemChanged.connect(self._pair_detail)
 
         self.import_button.clicked.connect(self._import)
         self.use_button.clicked.connect(self._use)
@@ -136,6 +141,15 @@ class InstalledTab(QWidget):
             item.setData(0, Qt.ItemDataRole.UserRole, str(o.model.path))
         for col in (0, 1):
             self.pairs.resizeColumnToContents(col)
+        if self.pairs.topLevelItemCount():
+            self.pairs.setCurrentItem(self.pairs.topLevelItem(self.pairs.topLevelItemCount() - 1))
+
+    def _pair_detail(self, item: QTreeWidgetItem | None, _prev=None) -> None:
+        if item is None:
+            self.pair_detail.setText("")
+            return
+        self.pair_detail.setText(f"<b>{html.escape(item.text(0))}</b>: {html.escape(item.text(1))} — "
+                                 f"{html.escape(item.text(2))}")
 
     def _import(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", str(Path.home()), "GGUF models (*.gguf)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from .charts import AcceptanceChart, SpeedChart
 from .reply_stats import StatsSnapshot, verdict
@@ -55,7 +55,14 @@ class StatsPanel(QFrame):
         self.verdict.setWordWrap(True)
         self.verdict.setMinimumHeight(48)
         self.verdict.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        lay.addWidget(self.verdict)
+        # A bar at the verdict's left edge carries its tone; the words say it too.
+        self.tone_bar = QFrame()
+        self.tone_bar.setFixedWidth(5)
+        row = QHBoxLayout()
+        row.setSpacing(8)
+        row.addWidget(self.tone_bar)
+        row.addWidget(self.verdict, 1)
+        lay.addLayout(row)
         self.acceptance_chart = AcceptanceChart()
         self.speed_chart = SpeedChart()
         lay.addWidget(self.acceptance_chart)
@@ -70,7 +77,7 @@ class StatsPanel(QFrame):
             for v in self.fields.values():
                 v.setText("–")
             self.verdict.setText("Send a message to see how the drafter does.")
-            self.verdict.setStyleSheet("")
+            self.tone_bar.setStyleSheet("")
             self.acceptance_chart.set_values(())
             self.speed_chart.set_points(())
             return
@@ -87,11 +94,7 @@ class StatsPanel(QFrame):
         v = verdict(s)
         self.verdict.setText(v)
         colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
-        # A bar at the left edge carries the tone; the words say it too.
-        self.verdict.setStyleSheet(
-            f"QLabel {{ border-left: 4px solid {QColor(colour).name()}; padding-left: 6px; }}" if colour
-            else "QLabel { padding-left: 10px; }"
-        )
+        self.tone_bar.setStyleSheet(f"background-color: {QColor(colour).name()};" if colour else "")
         self.acceptance_chart.set_values(s.by_position)
         plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup else None
         self.speed_chart.set_points(s.speed_series, plain)
