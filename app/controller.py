@@ -11,7 +11,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Protocol
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal
 
 from engine.errors import ModelFileError
 from engine.events import FinishReason
@@ -162,6 +162,9 @@ class ChatController(QObject):
         self._request_shutdown.emit()
         self.thread.quit()
         self.thread.wait()
+        # The reply's last events (its DoneEvent included) are still queued for this object:
+        # deliver them, so the reply is saved as stopped rather than cut short.
+        QCoreApplication.sendPostedEvents(self)
         self.flush()
         self._save_timer.stop()
         self._save_settings()

@@ -239,3 +239,66 @@ def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, 
     w.controller.update_settings(max_tokens=40)
     reply = send(qtbot, w, "write code")
     assert reply.finished and {t.source for t in reply.tokens} <= set(TokenSource)
+
+
+def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=3000)
+    w = open_window(qtbot)
+    gate = threading.Event()
+
+    def hold(_rid, event):
+        if isinstance(event, TokenEvent) and event.index == 0:
+            gate.wait(20)
+
+    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    w.input.setPlainText(PROMPT)
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(marks(w)) > 0, timeout=REPLY_TIMEOUT_MS)
+    threading.Timer(0.2, gate.set).start()  # released while close() waits for the engine thread
+    w.close()
+    gate.set()
+
+    w2 = open_window(qtbot)
+    reply = w2.controller.messages[-1]
+    assert reply.finish_reason == FinishReason.CANCELLED and reply.stats is not None and not reply.error
+    assert "(stopped)" in w2.chat.toPlainText()
+
+
+def test_conversations_new_rename_search_delete(qtbot, tiny, isolated_home, monkeypatch):
+    install_tiny(tiny, isolated_home, max_tokens=20)
+    w = open_window(qtbot)
+    send(qtbot, w, "hello world")
+    qtbot.mouseClick(w.conversations.new_button, Qt.MouseButton.LeftButton)
+    assert w.chat.toPlainText() == "" and w.conversations.list.count() == 2
+    send(qtbot, w, "write code")
+    lst = w.conversations.list
+    assert [lst.item(i).text() for i in range(2)] == ["write code", "hello world"]
+    lst.item(0).setText("Coding")  # what an in-place edit does
+    assert w.controller.store.conversation(w.controller.current_id).title == "Coding"
+    w.conversations.search.setText("hello")
+    qtbot.waitUntil(lambda: lst.count() == 1, timeout=REPLY_TIMEOUT_MS)
+    assert lst.item(0).text() == "hello world"
+    w.conversations.search.setText("")
+    qtbot.waitUntil(lambda: lst.count() == 2, timeout=REPLY_TIMEOUT_MS)
+    lst.setCurrentRow(1)
+    assert w.controller.messages[0].content == "hello world"
+    from PySide6.QtWidgets import QMessageBox
+
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    qtbot.mouseClick(w.conversations.delete_button, Qt.MouseButton.LeftButton)
+    assert lst.count() == 1 and lst.item(0).text() == "Coding"
+    assert w.controller.messages[0].content == "write code"  # the remaining chat is open
+
+
+def test_first_run_without_models_offers_the_default_pair(qtbot, isolated_home):
+    from app.window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: "No model is installed" in w.notice.text(), timeout=REPLY_TIMEOUT_MS)
+    assert "default pair" in w.notice.text() and w.notice.action_button.text() == "Open Models…"
+    assert w.controller.settings.first_run_done
+    w.input.setPlainText("hi")
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    assert "Choose a target model first" in w.notice.text() and w.input.toPlainText() == "hi"
