@@ -86,3 +86,25 @@ def test_compare_runs_plain_decoding_next_to_the_reply(qtbot, tiny, isolated_hom
     assert ("identical" in dlg.verdict.text()) == identical
     assert "the speed of plain decoding" in dlg.verdict.text()
     assert len(list(dlg.left.token_fragments())) > 0  # the recorded reply keeps its highlighting
+
+
+def test_draft_length_and_sampling_choices_reach_the_engine(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=40)
+    w = open_window(qtbot)
+    bar = w.bar
+    assert not bar.auto.isChecked() and bar.length.value() == 4
+    bar.length.setValue(2)
+    assert w.controller.settings.draft_max == 2
+    bar.sampling_button.click()
+    assert bar.sampling.isVisible()
+    bar.sampling.max_tokens.setValue(12)
+    bar.sampling.seed.setValue(7)
+    bar.sampling.system_prompt.setPlainText("Be brief.")
+    s = w.controller.generation_settings()
+    assert (s.draft_max, s.max_tokens, s.sampling.seed) == (2, 12, 7)
+    assert w.controller.history()[0] == {"role": "system", "content": "Be brief."}
+    bar.sampling.hide()
+    reply = send(qtbot, w, "the model is fast")
+    assert len(reply.tokens) <= 12 and all(r.k <= 2 for r in reply.rounds.values())
+    bar.auto.setChecked(True)
+    assert w.controller.settings.draft_max == "auto" and not bar.length.isEnabled()
