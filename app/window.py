@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -172,6 +172,8 @@ class MainWindow(QMainWindow):
         self.input.sig_submit.connect(self._send)
         self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
         self.stop_button.clicked.connect(c.stop)
+        self.stop_button.setToolTip("Stop the reply (Esc)")
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=c.stop)
         self.notice.sig_action.connect(self._notice_action)
         self.act_new.triggered.connect(c.new_conversation)
         self.act_models.triggered.connect(self.open_models)
