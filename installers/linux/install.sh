@@ -19,7 +19,12 @@ ICON="$DATA/icons/hicolor/512x512/apps/draftlight.png"
 
 refresh_menus() {
     command -v update-desktop-database >/dev/null && update-desktop-database -q "$DATA/applications" || true
-    command -v gtk-update-icon-cache >/dev/null && gtk-update-icon-cache -q -t "$DATA/icons/hicolor" 2>/dev/null || true
+    # Refresh an existing icon cache only: a new one that nothing else keeps up to date would hide
+    # icons other apps install later.
+    touch "$DATA/icons/hicolor" 2>/dev/null || true
+    if [ -f "$DATA/icons/hicolor/icon-theme.cache" ] && command -v gtk-update-icon-cache >/dev/null; then
+        gtk-update-icon-cache -q -t "$DATA/icons/hicolor" 2>/dev/null || true
+    fi
 }
 
 if [ "${1:-}" = "--uninstall" ]; then

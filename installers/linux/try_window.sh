@@ -7,6 +7,9 @@
 # Defaults: dist/Draftlight/draftlight and dist/window.png. Needs xvfb, xauth, x11-utils
 # (xwininfo, xprop) and imagemagick (import). Uses a throwaway DRAFTLIGHT_HOME, so the user's chats
 # and models are not touched (the app starts as on a first run).
+# TRY_MESSAGE="..." also types that message and presses Enter (needs xdotool), then waits
+# TRY_WAIT seconds (default 20) before the screenshot; give the app models with DRAFTLIGHT_MODELS.
+# TRY_CLICK="X Y" clicks there (window coordinates) first, e.g. into the message box.
 set -euo pipefail
 EXE="${1:-dist/Draftlight/draftlight}"
 PNG="${2:-dist/window.png}"
@@ -49,6 +52,15 @@ shown=$(date +%s.%N)
 echo "window $win appeared after $(python3 -c "print(f'{$shown - $start:.1f}')") s: $(xwininfo -id "$win" | grep -E 'Width|Height' | tr -s ' ' | tr '\n' ' ')"
 xprop -id "$win" WM_CLASS WM_NAME | sed 's/^/  /'
 sleep "${TRY_SETTLE:-3}"  # let it finish painting (and any first-run dialog open)
+if [ -n "${TRY_MESSAGE:-}" ]; then
+    xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
+    # shellcheck disable=SC2086 # two numbers
+    [ -n "${TRY_CLICK:-}" ] && xdotool mousemove --window "$win" $TRY_CLICK click 1
+    xdotool type --delay 20 "$TRY_MESSAGE"
+    xdotool key Return
+    echo "typed: $TRY_MESSAGE"
+    sleep "${TRY_WAIT:-20}"
+fi
 mkdir -p "$(dirname "$PNG")"
 import -window root "$PNG"
 echo "screenshot: $PNG"
