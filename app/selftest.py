@@ -199,7 +199,10 @@ def check_qt() -> str:
     inked = any(image.pixelColor(x, y) != QColor("white") for x in range(96) for y in range(24))
     if not inked:
         raise SelfTestFailure("Qt started but drew no text: no usable font in this installation")
-    _say("Qt", f"Qt {qVersion()} started on the '{app.platformName()}' platform and drew text"
+    icon = paths.resources_dir() / "icons" / "draftlight.svg"
+    if icon.is_file() and QImage(str(icon)).isNull():
+        raise SelfTestFailure(f"Qt cannot read the app's SVG icon {icon}: the image format plugins are missing")
+    _say("Qt", f"Qt {qVersion()} started on the '{app.platformName()}' platform, drew text, read the SVG icon"
                f"{f'; {desktop} plugin present' if desktop else ''}")
     return app.platformName()
 

@@ -78,6 +78,17 @@ def check_shell() -> None:
         (ok if proc.returncode == 0 else bad)(f"bash -n {script.relative_to(ROOT)} {proc.stderr.strip()}".rstrip())
 
 
+def check_script_paths() -> None:
+    """Every repository file a build script copies or runs exists (on every platform, / or \\)."""
+    for script in [*SCRIPTS, PS1]:
+        text = script.read_text()
+        for ref in dict.fromkeys(re.findall(r"(?:installers|resources)[/\\][\w./\\-]+", text)):
+            rel = ref.replace("\\", "/").rstrip(".")
+            if "*" in rel or "$" in rel:
+                continue
+            (ok if (ROOT / rel).exists() else bad)(f"{script.relative_to(ROOT)} names {rel}")
+
+
 def check_powershell() -> None:
     checker = INST / "windows" / "ps1_syntax.mjs"
     modules = os.environ.get("DRAFTLIGHT_TS_MODULES")  # a folder holding node_modules/tree-sitter*
@@ -139,6 +150,7 @@ def main() -> int:
     built = "--built" in sys.argv
     check_workflow()
     check_shell()
+    check_script_paths()
     check_powershell()
     check_spec()
     check_iss(built)

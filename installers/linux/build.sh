@@ -112,7 +112,8 @@ STAGE="build/$NAME"
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
 cp -a dist/Draftlight "$STAGE/Draftlight"
-cp installers/linux/draftlight.desktop installers/icons/draftlight.png "$STAGE/"
+cp installers/linux/draftlight.desktop resources/icons/draftlight.svg "$STAGE/"
+cp resources/icons/draftlight-512.png "$STAGE/draftlight.png"
 install -m 755 installers/linux/install.sh "$STAGE/install.sh"
 cat > "$STAGE/README.txt" <<EOF
 Draftlight $VERSION for Linux ($ARCH, llama.cpp flavour: $FLAVOUR)

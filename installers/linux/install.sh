@@ -16,6 +16,7 @@ BIN="$HOME/.local/bin"
 APP_DIR="$DATA/draftlight"
 DESKTOP="$DATA/applications/draftlight.desktop"
 ICON="$DATA/icons/hicolor/512x512/apps/draftlight.png"
+SVG="$DATA/icons/hicolor/scalable/apps/draftlight.svg"
 
 refresh_menus() {
     command -v update-desktop-database >/dev/null && update-desktop-database -q "$DATA/applications" || true
@@ -29,7 +30,7 @@ refresh_menus() {
 
 if [ "${1:-}" = "--uninstall" ]; then
     rm -rf "$APP_DIR"
-    rm -f "$DESKTOP" "$ICON"
+    rm -f "$DESKTOP" "$ICON" "$SVG"
     [ -L "$BIN/draftlight" ] && rm -f "$BIN/draftlight"
     refresh_menus
     echo "Draftlight removed. Your chats, settings and models are still in ~/.local/share/Draftlight and ~/.config/Draftlight."
@@ -41,12 +42,13 @@ if [ ! -x "$HERE/Draftlight/draftlight" ]; then
     exit 1
 fi
 
-mkdir -p "$DATA/applications" "$(dirname "$ICON")" "$BIN"
+mkdir -p "$DATA/applications" "$(dirname "$ICON")" "$(dirname "$SVG")" "$BIN"
 rm -rf "$APP_DIR.new"
 cp -a "$HERE/Draftlight" "$APP_DIR.new"  # copy first, swap after: a failed copy leaves the old install
 rm -rf "$APP_DIR"
 mv "$APP_DIR.new" "$APP_DIR"
 install -m 644 "$HERE/draftlight.png" "$ICON"
+install -m 644 "$HERE/draftlight.svg" "$SVG"
 sed "s|@EXEC@|$APP_DIR/draftlight|g" "$HERE/draftlight.desktop" > "$DESKTOP"
 chmod 644 "$DESKTOP"
 ln -sfn "$APP_DIR/draftlight" "$BIN/draftlight"
