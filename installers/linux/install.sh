@@ -5,7 +5,8 @@
 #   ./install.sh --uninstall  remove it again (your chats, settings and models are kept)
 #
 # Where things go:
-#   ~/.local/share/draftlight/               the application (this folder's Draftlight/)
+#   ~/.local/share/draftlight-app/           the application (this folder's Draftlight/); named apart from
+#                                            ~/.local/share/Draftlight, where your chats and models live
 #   ~/.local/bin/draftlight                  a link, so `draftlight` works in a terminal
 #   ~/.local/share/applications/draftlight.desktop and the hicolor icon: the app menu entry
 set -euo pipefail
@@ -13,7 +14,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}"
 BIN="$HOME/.local/bin"
-APP_DIR="$DATA/draftlight"
+APP_DIR="$DATA/draftlight-app"
 DESKTOP="$DATA/applications/draftlight.desktop"
 ICON="$DATA/icons/hicolor/512x512/apps/draftlight.png"
 SVG="$DATA/icons/hicolor/scalable/apps/draftlight.svg"
