@@ -23,17 +23,22 @@ def self_test(env_extra: dict[str, str] | None = None, drop: tuple[str, ...] = (
     )
 
 
-def test_bundled_test_models_are_the_generated_ones(tmp_path):
-    """resources/test-models must be what tests/tiny_models.py writes, or the self-test checks stale files."""
+def test_bundled_test_models_are_the_tiny_pair():
+    """resources/test-models holds tests/tiny_models.py's target and drafter (same names, shapes and
+    vocabulary), so the self-test checks the pair the engine tests use."""
     import tiny_models
 
-    fresh = tiny_models.write_standard_set(tmp_path)
-    for key in ("target", "drafter"):
-        shipped = BUNDLED / fresh[key].name
-        assert shipped.read_bytes() == fresh[key].read_bytes(), (
-            f"{shipped} differs from tiny_models.py's output: regenerate with "
-            "`python tests/tiny_models.py resources/test-models` (and delete tiny-other-vocab.gguf)"
+    from engine.gguf_check import validate_gguf
+
+    for spec in (tiny_models.TARGET, tiny_models.DRAFTER):
+        shipped = BUNDLED / f"{spec.name}.gguf"
+        info = validate_gguf(shipped)
+        assert (info.name, info.architecture) == (spec.name, "llama"), f"regenerate {shipped}: {info.summary()}"
+        assert list(info.tokens) == tiny_models.vocabulary(spec)[0], (
+            f"{shipped} has another vocabulary than tiny_models.py: regenerate with "
+            "`python tests/tiny_models.py resources/test-models` (then delete tiny-other-vocab.gguf)"
         )
+    assert sorted(p.name for p in BUNDLED.iterdir()) == ["tiny-drafter.gguf", "tiny-target.gguf"]
 
 
 def test_self_test_passes_offscreen_without_a_platform_set():
