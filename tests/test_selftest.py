@@ -33,7 +33,7 @@ def test_bundled_test_models_are_the_tiny_pair():
     for spec in (tiny_models.TARGET, tiny_models.DRAFTER):
         shipped = BUNDLED / f"{spec.name}.gguf"
         info = validate_gguf(shipped)
-        assert (info.name, info.architecture) == (spec.name, "llama"), f"regenerate {shipped}: {info.summary()}"
+        assert (info.name, info.architecture) == (spec.name, "llama"), f"regenerate {shipped}: it is {info.name!r} ({info.architecture})"
         assert list(info.tokens) == tiny_models.vocabulary(spec)[0], (
             f"{shipped} has another vocabulary than tiny_models.py: regenerate with "
             "`python tests/tiny_models.py resources/test-models` (then delete tiny-other-vocab.gguf)"
