@@ -5,9 +5,9 @@ import html
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.events import DoneEvent, Stats, TokenEvent
+from engine.events import DoneEvent, RoundEvent, Stats, TokenEvent
 
 from .chat_view import ChatView, ViewOptions
 from .controller import ChatController
@@ -43,9 +43,12 @@ class _PlainRun:
         self.error: BaseException | None = None
 
     def on_events(self, events: list) -> None:
-        text = "".join(e.text for e in events if isinstance(e, TokenEvent))
-        if text:
-            self.dialog.append_plain(text)
+        for r in events:
+            if isinstance(r, RoundEvent):
+                self.dialog.plain_reply.rounds[r.round] = r  # for the tooltips
+        tokens = [e for e in events if isinstance(e, TokenEvent)]
+        if tokens:
+            self.dialog.append_plain(tokens)
         for e in events:
             if isinstance(e, DoneEvent):
                 self.done = e
@@ -82,7 +85,11 @@ class CompareDialog(QDialog):
         s = controller.settings
         self.left.set_options(ViewOptions(colours_for(s.theme), s.highlight, s.show_rejected, rendered=False))
         self.left.show_messages([self.reply])
-        self.right = QTextBrowser()
+        self.right = ChatView()
+        self.right.set_options(ViewOptions(colours_for(s.theme), s.highlight, False, rendered=False))
+        target = controller.loaded.request.target.name if controller.loaded else self.reply.target
+        self.plain_reply = Message(-1, Role.ASSISTANT, "", target, "none")
+        self.right.show_messages([self.plain_reply])
         self.left_stats = QLabel(describe(self.reply.stats))
         self.right_stats = QLabel("–")
         for w in (self.left_stats, self.right_stats):
@@ -103,7 +110,6 @@ class CompareDialog(QDialog):
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
         self.run: _PlainRun | None = None
-        self.plain_text = ""
 
     def start(self) -> None:
         c = self.controller
@@ -119,11 +125,13 @@ class CompareDialog(QDialog):
         c.request_reply(history, c.generation_settings(plain=True), self.run)
         c.sig_busy.emit(True)
 
-    def append_plain(self, text: str) -> None:
-        self.plain_text += text
-        self.right.setPlainText(self.plain_text)
-        sb = self.right.verticalScrollBar()
-        sb.setValue(sb.maximum())
+    @property
+    def plain_text(self) -> str:
+        return self.plain_reply.text
+
+    def append_plain(self, tokens: list[TokenEvent]) -> None:
+        self.plain_reply.tokens.extend(tokens)
+        self.right.append_tokens(self.plain_reply, tokens)
 
     def plain_finished(self, run: _PlainRun) -> None:
         self.controller.sig_busy.emit(self.controller.busy)
@@ -132,6 +140,10 @@ class CompareDialog(QDialog):
             self.verdict.setText(html.escape(explain(run.error).text) if run.error else "The run did not finish.")
             return
         self.right_title.setText("<b>Plain decoding</b> (target alone)")
+        self.plain_reply.content = run.done.text
+        self.plain_reply.finish_reason = run.done.finish_reason
+        self.plain_reply.stats = run.done.stats
+        self.right.finish_reply(self.plain_reply)
         plain = run.done.stats
         self.right_stats.setText(describe(plain))
         spec = self.reply.stats

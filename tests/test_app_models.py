@@ -81,7 +81,8 @@ def test_compare_runs_plain_decoding_next_to_the_reply(qtbot, tiny, isolated_hom
     qtbot.waitUntil(lambda: w.send_button.isEnabled(), timeout=REPLY_TIMEOUT_MS)
     plain = dlg.run.done.stats
     assert plain.drafted == 0 and plain.tokens > 0
-    assert dlg.right.toPlainText() == dlg.run.done.text
+    assert dlg.plain_text == dlg.run.done.text
+    assert {f.mark.value for f in dlg.right.token_fragments()} == {"target"}
     identical = dlg.run.done.text == reply.text
     assert ("identical" in dlg.verdict.text()) == identical
     assert "the speed of plain decoding" in dlg.verdict.text()
