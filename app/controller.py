@@ -115,6 +115,7 @@ class ChatController(QObject):
         self._drafters_ready = False
         self._closed = False
         self.tasks: dict[str, Task] = {}
+        self._pending_pair: tuple[str, str] | None = None
 
         self.thread = QThread(self)
         self.thread.setObjectName("engine")
@@ -210,6 +211,12 @@ class ChatController(QObject):
             if gen != self._scan_generation or self._closed:
                 return
             self.models, problems = result
+            if self._pending_pair is not None:
+                target, drafter = self._pending_pair
+                self._pending_pair = None
+                self.settings = dataclasses.replace(self.settings, target=target, drafter=drafter)
+                self._save_timer.start()
+                self.sig_settings.emit(self.settings)
             for p in problems:
                 self.sig_notice.emit(Notice(f"A file in the model folder cannot be used: {p}", Level.WARNING,
                                             Action.OPEN_MODELS))
@@ -334,7 +341,7 @@ class ChatController(QObject):
             result = task.result
             pair = result if isinstance(result, tuple) and len(result) == 2 else None
             if pair is not None and (task.use_pair or not self.settings.target):
-                self.update_settings(target=str(pair[0]), drafter=str(pair[1]))
+                self._pending_pair = (str(pair[0]), str(pair[1]))  # chosen once the listing has them
             self.sig_notice.emit(Notice(f"{task.title}: done.", Level.INFO))
         elif task.state == TaskState.FAILED and task.error is not None:
             self.sig_notice.emit(explain(task.error))

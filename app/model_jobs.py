@@ -1,6 +1,7 @@
 """The long model jobs, as plain functions for a Task (no Qt): download a pair, install the default, import."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -9,12 +10,15 @@ from engine import catalog, default_pair, download, modelstore
 from .tasks import Report, Task, rate_detail
 
 
-def download_task(pair: catalog.CatalogPair) -> Task:
+def download_task(pair: catalog.CatalogPair, endpoint: str | None = None) -> Task:
+    """`endpoint`: another hub (a mirror); None = HF_ENDPOINT when set, else huggingface.co."""
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+
     def job(report: Report, cancel: threading.Event) -> tuple[Path, Path]:
         def progress(p: download.DownloadProgress) -> None:
             report(p.filename, p.fraction, rate_detail(p.done_bytes, p.total_bytes, p.bytes_per_s))
 
-        return download.download_pair(pair, progress=progress, cancel=cancel)
+        return download.download_pair(pair, progress=progress, cancel=cancel, endpoint=endpoint)
 
     return Task(f"download:{pair.id}", f"Downloading {pair.title}", job, (download.DownloadCancelled,))
 

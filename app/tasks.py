@@ -63,6 +63,8 @@ class Task(QObject):
         self._job = job
         self._cancelled_types = cancelled_types
         self._last_emit = 0.0
+        self._last_fraction = -1.0
+        self._last_what = ""
         self._thread = threading.Thread(target=self._run, name=f"task-{key}", daemon=True)
 
     def start(self) -> None:
@@ -70,10 +72,11 @@ class Task(QObject):
 
     def _report(self, what: str, fraction: float | None, detail: str = "") -> None:
         now = time.monotonic()
-        final = fraction is not None and fraction >= 1.0
-        if now - self._last_emit < 0.1 and not final:
-            return  # a few reports per second is plenty for a progress bar
-        self._last_emit = now
+        moved = fraction is not None and abs(fraction - self._last_fraction) >= 0.005
+        if now - self._last_emit < 0.1 and not moved and what == self._last_what:
+            return  # a few reports per second is plenty for a progress bar; a visible step always goes
+        self._last_emit, self._last_what = now, what
+        self._last_fraction = fraction if fraction is not None else self._last_fraction
         self.last = Progress(what, fraction, detail)
         self.sig_progress.emit(self.last)
 

@@ -109,3 +109,55 @@ def test_draft_length_and_sampling_choices_reach_the_engine(qtbot, tiny, isolate
     assert len(reply.tokens) <= 12 and all(r.k <= 2 for r in reply.rounds.values())
     bar.auto.setChecked(True)
     assert w.controller.settings.draft_max == "auto" and not bar.length.isEnabled()
+
+
+def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolated_home, monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from fake_hub import FakeHub
+    from tiny_models import TARGET, write_tiny_model
+
+    from app.catalog_tab import PairCard
+    from app.window import MainWindow
+    from engine.catalog import CatalogFile, CatalogPair
+
+    hub = FakeHub()
+    try:
+        repo = "tester/Tiny-GGUF"
+        # A ~34 MB target: huggingface_hub reports progress per 10 MB chunk, and the fake hub can
+        # hold the transfer between its 1 MB pieces.
+        big = write_tiny_model(tmp_path / "tiny-big.gguf",
+                               replace(TARGET, name="tiny-big", n_embd=512, n_head=8, n_ff=1024))
+        hub.add(repo, "tiny-target.gguf", big.read_bytes())
+        hub.add(repo, "tiny-drafter.gguf", tiny["drafter"].read_bytes())
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        pair = CatalogPair("tiny-pair", "Tiny pair", CatalogFile(repo, "tiny-target.gguf", None, None),
+                           CatalogFile(repo, "tiny-drafter.gguf", None, None), "MIT", "any", "")
+        w = MainWindow()  # no model installed: the downloaded pair becomes the current one
+        qtbot.addWidget(w)
+        card = PairCard(w.controller, pair)
+        qtbot.addWidget(card)
+        card.show()
+        assert card.download_button.isVisible() and not card.use_button.isVisible()
+
+        hub.knobs.stall_after = 12 * 1024 * 1024  # hold the transfer part-way
+        card.download_button.click()
+        row = card.task_row
+        qtbot.waitUntil(lambda: row.bar.maximum() > 0 and row.bar.value() > 0, timeout=REPLY_TIMEOUT_MS)
+        assert "tiny-target.gguf" in row.label.text()
+        row.cancel_button.click()
+        hub.knobs.release.set()
+        qtbot.waitUntil(lambda: row.task.state == TaskState.CANCELLED, timeout=REPLY_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: "cancelled" in row.label.text(), timeout=REPLY_TIMEOUT_MS)
+        assert not card.use_button.isVisible()
+
+        hub.knobs.stall_after = None
+        with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
+            card.download_button.click()
+        assert row.task.state == TaskState.DONE
+        assert any(s.range for s in hub.seen if s.method == "GET")  # the second run resumed
+        qtbot.waitUntil(lambda: card.use_button.isVisible(), timeout=REPLY_TIMEOUT_MS)
+        assert loaded.args[0].request.target.name == "tiny-target.gguf"
+        assert loaded.args[0].request.drafter.endswith("tiny-drafter.gguf")
+    finally:
+        hub.close()
