@@ -55,6 +55,7 @@ class PairCard(QFrame):
         lay.addWidget(self.task_row)
         self.download_button.clicked.connect(self._download)
         self.use_button.clicked.connect(self._use)
+        controller.sig_models.connect(self.refresh)  # installed by another route (the default pair, an import)
         self.refresh()
         running = controller.tasks.get(f"download:{pair.id}")
         if running is not None:
@@ -106,7 +107,7 @@ class CatalogTab(QWidget):
         row.addWidget(self.default_status, 1)
         row.addWidget(self.default_button)
         bl.addLayout(row)
-        self.default_row = TaskRow(cancellable=False)
+        self.default_row = TaskRow()
         bl.addWidget(self.default_row)
         lay.addWidget(box)
 
@@ -129,6 +130,7 @@ class CatalogTab(QWidget):
         scroll.setWidget(inner)
         lay.addWidget(scroll, 1)
         self.default_button.clicked.connect(self._install_default)
+        controller.sig_models.connect(self._default_state)
         self._default_state()
         running = controller.tasks.get("install-default")
         if running is not None:

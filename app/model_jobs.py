@@ -25,10 +25,10 @@ def download_task(pair: catalog.CatalogPair, endpoint: str | None = None) -> Tas
 
 def default_pair_task() -> Task:
     def job(report: Report, cancel: threading.Event) -> tuple[Path, ...]:
-        # Joining local chunk files is not cancellable part-way (it takes under a minute).
-        return default_pair.install_default(progress=lambda name, fraction: report(name, fraction, "joining and checking"))
+        return default_pair.install_default(progress=lambda name, fraction: report(name, fraction, "joining and checking"),
+                                            cancel=cancel)
 
-    return Task("install-default", "Installing the offline default pair", job)
+    return Task("install-default", "Installing the offline default pair", job, (default_pair.InstallCancelled,))
 
 
 def import_task(src: Path, copy: bool = True) -> Task:

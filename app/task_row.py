@@ -67,7 +67,8 @@ class TaskRow(QWidget):
             self.bar.setValue(1000)
             self.label.setText(f"{task.title}: done.")
         elif task.state == TaskState.CANCELLED:
-            self.label.setText(f"{task.title}: cancelled. What was downloaded is kept; starting again resumes it.")
+            kept = " What was downloaded is kept; starting again resumes it." if task.key.startswith("download:") else ""
+            self.label.setText(f"{task.title}: cancelled.{kept}")
         else:
             self.label.setText(f"{task.title} failed: {explain(task.error).text if task.error else 'unknown error'}")
 
