@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from engine.errors import EngineError
 
+from .background import run_in_background
 from .controller import ChatController
 from .model_scan import human_bytes
 from .task_row import TaskRow
@@ -101,7 +102,8 @@ class CatalogTab(QWidget):
         text.setWordWrap(True)
         bl.addWidget(text)
         row = QHBoxLayout()
-        self.default_status = QLabel()
+        self.default_status = QLabel("looking…")
+        self._default_paths = None
         self.default_button = QPushButton("Install the default pair")
         self.default_button.setObjectName("install_default")
         row.addWidget(self.default_status, 1)
@@ -138,12 +140,17 @@ class CatalogTab(QWidget):
             running.sig_finished.connect(self._default_state)
 
     def _default_state(self, *_args) -> None:
-        try:
+        def look():
             from engine.modelstore import default_pair
 
-            found = default_pair()
-        except (EngineError, ImportError, OSError):
-            found = None
+            try:
+                return default_pair()  # reads the files' headers: off the GUI thread
+            except (EngineError, OSError):
+                return None
+
+        run_in_background(look, self._show_default, lambda _exc: self._show_default(None))
+
+    def _show_default(self, found) -> None:
         self.default_status.setText("✓ installed" if found else "not installed")
         self.default_button.setText("Use the default pair" if found else "Install the default pair")
         self._default_paths = found
