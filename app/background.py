@@ -27,13 +27,22 @@ class _Relay(QObject):
     @Slot(object)
     def _done(self, value) -> None:
         _alive.discard(self)
-        self.on_done(value)
+        _call(self.on_done, value)
 
     @Slot(object)
     def _failed(self, exc) -> None:
         _alive.discard(self)
         if self.on_failed is not None:
-            self.on_failed(exc)
+            _call(self.on_failed, exc)
+
+
+def _call(callback, value) -> None:
+    try:
+        callback(value)
+    except RuntimeError as exc:
+        # The widget that asked was closed meanwhile (its C++ side is gone): nobody to tell.
+        if "already deleted" not in str(exc):
+            raise
 
 
 class _Job(QRunnable):
