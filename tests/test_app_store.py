@@ -13,8 +13,7 @@ from app.settings import AUTO, AppSettings, load_settings, save_settings, settin
 from app.store import ChatStore, database_path
 from app.theme import Theme
 from engine.events import DoneEvent, RoundEvent, TokenEvent
-from engine.session import LoadSettings
-from engine.session import GenerationSettings, Session  # noqa: I001
+from engine.session import GenerationSettings, LoadSettings, Session
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +139,21 @@ def test_settings_round_trip_and_a_damaged_file_is_set_aside():
     assert loaded == AppSettings() and "damaged" in note
     kept = [p for p in settings_path().parent.iterdir() if p.name.startswith("settings.json.damaged-")]
     assert len(kept) == 1 and not settings_path().exists()
+
+
+def test_errors_become_notices_that_say_what_to_do():
+    from app.errors import Action, explain
+    from engine.errors import ContextFullError, IncompatiblePairError, ModelFileError, ModelLoadError
+
+    cases = [
+        (ModelFileError("x.gguf is damaged or truncated"), Action.OPEN_MODELS, "Download it again"),
+        (IncompatiblePairError("d cannot draft for t: vocabulary type differs"), Action.OPEN_MODELS, "prompt lookup"),
+        (ContextFullError("the message is too long"), Action.NEW_CHAT, "Start a new chat"),
+        (ModelLoadError("llama.cpp could not load t.gguf: failed to allocate buffer"), Action.OPEN_MODELS,
+         "Not enough memory"),
+        (ModelLoadError("unknown model architecture: 'xyz'"), Action.OPEN_MODELS, "architecture"),
+        (MemoryError(), Action.OPEN_MODELS, "smaller model"),
+    ]
+    for exc, action, words in cases:
+        n = explain(exc)
+        assert n.action == action and words in n.text, (exc, n)

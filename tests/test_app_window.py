@@ -302,3 +302,16 @@ def test_first_run_without_models_offers_the_default_pair(qtbot, isolated_home):
     w.input.setPlainText("hi")
     qtbot.keyClick(w.input, Qt.Key.Key_Return)
     assert "Choose a target model first" in w.notice.text() and w.input.toPlainText() == "hi"
+
+
+def test_a_message_too_long_for_the_context_says_what_to_do_and_keeps_the_text(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, n_ctx=256, max_tokens=32)
+    w = open_window(qtbot)
+    text = "the model is fast " * 200
+    w.input.setPlainText(text)
+    with qtbot.waitSignal(w.controller.sig_input_restore, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    assert "does not fit" in w.notice.text() and w.notice.action_button.text() == "New chat"
+    assert w.input.toPlainText().strip() == text.strip()
+    assert w.controller.messages == [] and not list(w.chat.token_fragments())
+    assert w.send_button.isEnabled()
