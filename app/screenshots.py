@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         dest.symlink_to(src.resolve())
         links[src] = dest
 
-    from PySide6.QtCore import QEventLoop, QPoint, Qt
+    from PySide6.QtCore import QEventLoop, QPoint, QTimer
     from PySide6.QtGui import QCursor
     from PySide6.QtWidgets import QApplication, QToolTip
 
@@ -62,10 +62,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
 
+    heartbeat = QTimer(interval=50)  # wakes the waiting loop below to look at its condition
+    heartbeat.start()
+
     def spin(cond: Callable[[], bool], timeout: float) -> bool:
+        # Sleep in the event loop between events: a busy loop here would take a core from llama.cpp.
         end = time.monotonic() + timeout
         while not cond() and time.monotonic() < end:
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 30)
+            app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
         return cond()
 
     def settle(seconds: float = 0.4) -> None:
@@ -104,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         now = time.perf_counter()
         gaps.append(now - last[0])
         last[0] = now
-
-    from PySide6.QtCore import QTimer
 
     probe = QTimer(interval=10)
     probe.timeout.connect(tick)
