@@ -38,7 +38,26 @@ def main(argv: list[str] | None = None) -> int:
     app.setDesktopFileName("draftlight")
     window = MainWindow()
     window.show()
+    _quit_on_signals(window)
     return app.exec()
+
+
+def _quit_on_signals(window) -> None:
+    """Ctrl+C or a TERM closes the window properly (the reply stops, the chat is saved)."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def close(*_args) -> None:
+        window.close()
+
+    signal.signal(signal.SIGINT, close)
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, close)
+    # Python runs signal handlers only between bytecodes: wake it now and then from Qt's loop.
+    window._signal_timer = QTimer(window, interval=250)
+    window._signal_timer.timeout.connect(lambda: None)
+    window._signal_timer.start()
 
 
 if __name__ == "__main__":
