@@ -86,19 +86,24 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
 
 
 def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
-    """'none', 'lookup', a GGUF path, or 'auto' (lookup first, then the model drafter if one is given)."""
-    models = [Path(i) for i in items if i not in ("none", "lookup", "auto")]
-    variants = []
+    """'none', 'lookup', a GGUF path, or 'auto' (lookup first, then the model drafter if one is
+    given); 'ITEM@K' gives that variant its own draft length K (a number or 'auto')."""
+    parsed = []
     for item in items:
-        if item == "none":
+        name, _, k = item.partition("@")
+        parsed.append((name, (k if k == "auto" else int(k)) if k else draft_max))
+    models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto")]
+    variants = []
+    for name, k in parsed:
+        if name == "none":
             continue  # plain decoding always runs: it is the baseline
-        if item == "auto":
+        if name == "auto":
             spec = DraftSpec(model=models[0], lookup=True) if models else DraftSpec(lookup=True)
             variants.append(Variant("auto", spec, "auto"))
-        elif item == "lookup":
-            variants.append(Variant(f"lookup k={draft_max}", DraftSpec(lookup=True), draft_max))
+        elif name == "lookup":
+            variants.append(Variant(f"lookup k={k}", DraftSpec(lookup=True), k))
         else:
-            variants.append(Variant(f"{Path(item).stem} k={draft_max}", DraftSpec(model=Path(item)), draft_max))
+            variants.append(Variant(f"{Path(name).stem} k={k}", DraftSpec(model=Path(name)), k))
     return variants
 
 

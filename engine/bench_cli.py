@@ -17,7 +17,8 @@ def register(sub) -> None:
     b.add_argument("--target", required=True, help="target model (GGUF file)")
     b.add_argument("--draft", action="append", default=None,
                    help="variant(s) to compare with plain decoding: a drafter GGUF, 'lookup', 'auto' (lookup first, "
-                        "then the model drafter given with another --draft) or 'none'; repeat or comma-separate")
+                        "then the model drafter given with another --draft) or 'none'; ITEM@K sets that variant's draft length; "
+                        "repeat or comma-separate")
     b.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help=f"JSONL with 'prompt' and 'category' (default: {DEFAULT_PROMPTS.name})")
     b.add_argument("--draft-max", type=_draft_max, default="auto", help="draft length k or 'auto' (default)")
     b.add_argument("--max-tokens", type=int, default=128)
