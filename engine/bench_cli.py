@@ -37,6 +37,10 @@ def cmd_bench(args) -> int:
     from .errors import EngineError
     from .session import Session
 
+    try:  # fail before a long run, not after it
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise EngineError("the benchmark draws its chart with matplotlib: pip install -e '.[bench]'") from None
     items = [i.strip() for d in (args.draft or ["lookup"]) for i in d.split(",") if i.strip()]
     variants = parse_variants(items, args.draft_max)
     prompts = load_prompts(args.prompts)
