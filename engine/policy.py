@@ -19,6 +19,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 
+#: Draft length of a probe (drafting is off, is it worth turning back on?).
+PROBE_K = 2
+
+
 class Ewma:
     """Exponentially weighted moving average (None until the first sample)."""
 
@@ -146,14 +150,23 @@ class FixedK(DraftPolicy):
 class Acceptance:
     """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
 
-    def __init__(self, k_max: int, prior: float = 0.8, prior_weight: int = 4) -> None:
-        # Optimistic start, worth a few samples: a fresh drafter is assumed good until measured otherwise.
+    def __init__(self, k_max: int, prior: float = 0.8, prior_weight: int = 2) -> None:
+        # Optimistic start, worth a couple of samples: a fresh drafter is assumed good until measured.
+        self.prior_weight = prior_weight
         self.at = [Ewma(alpha=0.1, value=prior, weight=prior_weight) for _ in range(k_max)]
+
+    def value(self, j: int) -> float:
+        """a_j; a position never judged yet borrows the deepest judged position's value
+        (acceptance changes little with depth, and probes only reach the first positions)."""
+        for i in range(j, -1, -1):
+            if self.at[i].n > self.prior_weight:
+                return self.at[i].value or 0.0
+        return self.at[j].value or 0.0
 
     def expected_tokens(self, k: int, perfect: bool = False) -> float:
         total, run = 1.0, 1.0
         for j in range(k):
-            run *= 1.0 if perfect else (self.at[j].value or 0.0)
+            run *= 1.0 if perfect else self.value(j)
             total += run
         return total
 
@@ -225,10 +238,9 @@ class AutoK(DraftPolicy):
         k = self.best_k(key, limit, with_draft_cost)
         probe = self.probes.setdefault(key, _Probe())
         if k == 0 and probe.due():
-            ideal = self.best_k(key, limit, with_draft_cost, perfect=True)
-            if ideal > 0:  # only when a perfect drafter could win at all
+            if self.best_k(key, limit, with_draft_cost, perfect=True) > 0:  # could a perfect drafter win at all?
                 self._probing.add(key)
-                k = min(limit, max(2, ideal // 2))
+                k = min(limit, PROBE_K)  # short: a failed probe must cost little
         return k
 
     # -- the policy ----------------------------------------------------------
