@@ -165,6 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\n(interrupted)", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
+        if os.environ.get("DRAFTLIGHT_DEBUG"):
+            raise
+        print(f"internal error ({type(exc).__name__}: {exc}); run with DRAFTLIGHT_DEBUG=1 for details",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -44,6 +44,10 @@ class TokenEvent:
     """Drafter probability of the token when the drafter proposed it (None otherwise, 1.0 for a lookup draft)."""
     index: int
     """0-based position of the token in the reply."""
+    runner_up: int | None = None
+    """Greedy: the target's second choice at this position."""
+    margin: float | None = None
+    """Greedy: how far (in logits) the second choice was behind: near 0 is a numerical tie."""
 
     type: str = field(default="token", init=False)
 

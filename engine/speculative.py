@@ -36,6 +36,8 @@ class Verdict:
     """The target's own token after them: a correction, a bonus, or a plain token."""
     p: list[float]
     """Target probability of each kept token and of next_token."""
+    runner_up: list[tuple[int, float]] | None = None
+    """Greedy: per emitted token, the target's second choice and its distance in logits."""
 
 
 def judge_greedy(rows: np.ndarray, draft: Draft) -> Verdict:
@@ -47,7 +49,15 @@ def judge_greedy(rows: np.ndarray, draft: Draft) -> Verdict:
         accepted += 1
     nxt = int(np.argmax(rows[accepted]))
     kept = draft.tokens[:accepted] + [nxt]
-    return Verdict(accepted, nxt, [softmax_prob(rows[i], t) for i, t in enumerate(kept)])
+    return Verdict(accepted, nxt, [softmax_prob(rows[i], t) for i, t in enumerate(kept)],
+                   [_second_choice(rows[i]) for i in range(len(kept))])
+
+
+def _second_choice(row: np.ndarray) -> tuple[int, float]:
+    """The runner-up token and how far behind the winner it is (evidence for ties)."""
+    two = np.argpartition(row, -2)[-2:]
+    lo, hi = (two[0], two[1]) if row[two[0]] <= row[two[1]] else (two[1], two[0])
+    return int(lo), float(row[hi]) - float(row[lo])
 
 
 def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Verdict:
@@ -215,9 +225,10 @@ def generate(
                 tok = new[i]
                 q = draft.q_probs[i] if i < verdict.accepted else None
                 stats.token_emitted()
+                second = verdict.runner_up[i] if verdict.runner_up else (None, None)
                 yield from stats.timed(TokenEvent(
                     text=text.push(tok), token_id=tok, source=sources[i], round=round_no,
-                    p=verdict.p[i], q=q, index=emitted,
+                    p=verdict.p[i], q=q, index=emitted, runner_up=second[0], margin=second[1],
                 ))
                 emitted += 1
     except ContextFullError:

@@ -7,6 +7,7 @@ import pytest
 from engine.errors import ContextFullError, IncompatiblePairError, ModelFileError
 from engine.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.llama_backend import LlamaModel, LoadSettings
+from engine.sampling import SamplingParams
 from engine.session import GenerationSettings, Session
 
 PROMPTS = ["hello world", "def return class import", "the model is fast", "python code token draft"]
@@ -326,3 +327,28 @@ def test_switching_drafters_keeps_the_target_and_stays_exact(tiny):
         assert s.spec.model == tiny["drafter"]  # a failed switch leaves the working drafter in place
     finally:
         s.close()
+
+
+def test_greedy_tokens_carry_the_runner_up_as_tie_evidence(pair):
+    events = run(pair, "python code token draft", draft_max=4, max_tokens=30)
+    toks = [e for e in events if isinstance(e, TokenEvent)]
+    assert toks and all(e.runner_up is not None and e.runner_up != e.token_id and e.margin >= 0 for e in toks)
+    sampled = list(pair.chat([{"role": "user", "content": "hello"}], GenerationSettings(
+        sampling=SamplingParams(temperature=1.0, seed=3), draft_max=4, max_tokens=10)))
+    assert all(e.margin is None for e in sampled if isinstance(e, TokenEvent))
+
+
+def test_bench_calls_a_swap_of_close_candidates_a_tie():
+    from engine.bench import RunResult, divergence
+
+    def result(ids, seconds):
+        return RunResult("p", "c", "v", 0, len(ids), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, None, "length", 1.0,
+                         token_ids=ids, second_choices=seconds)
+
+    plain = result([5, 6, 7], [(9, 2.0), (8, 0.01), (1, 3.0)])
+    spec = result([5, 8, 2], [(9, 2.0), (6, 0.03), (1, 1.0)])
+    assert divergence(plain, spec, lambda t: False) == (1, 0.03, True)
+    far = result([5, 8, 2], [(9, 2.0), (6, 0.9), (1, 1.0)])
+    assert divergence(plain, far, lambda t: False)[2] is False  # 0.9 logits apart is no tie
+    other = result([5, 8, 2], [(9, 2.0), (4, 0.01), (1, 1.0)])
+    assert divergence(plain, other, lambda t: False)[2] is False  # plain's token was not spec's second choice
