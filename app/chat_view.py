@@ -298,6 +298,9 @@ class ChatView(QTextBrowser):
             probs = [f"target p = {t.p:.3f}" if t.p is not None else "target p = –"]
             probs.append(f"drafter q = {t.q:.3f}" if t.q is not None else "drafter q = – (not drafted)")
             lines.append(" · ".join(probs))
+            if t.margin is not None:
+                near = " (a near tie)" if t.margin < 0.25 else ""
+                lines.append(f"the target's runner-up was {t.margin:.2f} logits behind{near}")
         if r is not None:
             if r.drafted_text:
                 parts = []

@@ -82,5 +82,7 @@ def stats_from_dict(d: dict[str, Any]) -> Stats:
     return Stats(**kw)
 
 
-def token(index: int, text: str, token_id: int, source: str, round_: int, p: float | None, q: float | None) -> TokenEvent:
-    return TokenEvent(text=text, token_id=token_id, source=TokenSource(source), round=round_, p=p, q=q, index=index)
+def token(index: int, text: str, token_id: int, source: str, round_: int, p: float | None, q: float | None,
+          runner_up: int | None = None, margin: float | None = None) -> TokenEvent:
+    return TokenEvent(text=text, token_id=token_id, source=TokenSource(source), round=round_, p=p, q=q, index=index,
+                      runner_up=runner_up, margin=margin)

@@ -19,7 +19,7 @@ from .records import Conversation, Message, Role, round_from_dict, stats_from_di
 from .settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tokens keep the greedy runner-up and margin
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conversations (
@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     round INTEGER NOT NULL,
     p REAL,
     q REAL,
+    runner_up INTEGER,
+    margin REAL,
     PRIMARY KEY (message_id, idx)
 );
 """
@@ -103,6 +105,10 @@ class ChatStore:
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(f"written by a newer Draftlight (schema {row[0]})")
+            elif int(row[0]) < 2:  # schema 1 had no runner-up columns: add them, keep every chat
+                db.execute("ALTER TABLE tokens ADD COLUMN runner_up INTEGER")
+                db.execute("ALTER TABLE tokens ADD COLUMN margin REAL")
+                db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             # Tables a damaged or foreign file may lack show up here, not mid-reply.
             for table in ("conversations", "messages", "rounds", "tokens"):
                 db.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
@@ -187,8 +193,8 @@ class ChatStore:
             for r in rounds
         ]
         batch += [
-            ("INSERT OR REPLACE INTO tokens VALUES (?,?,?,?,?,?,?,?)",
-             (message_id, t.index, t.text, t.token_id, t.source.value, t.round, t.p, t.q))
+            ("INSERT OR REPLACE INTO tokens VALUES (?,?,?,?,?,?,?,?,?,?)",
+             (message_id, t.index, t.text, t.token_id, t.source.value, t.round, t.p, t.q, t.runner_up, t.margin))
             for t in tokens
         ]
         if batch:
@@ -225,7 +231,7 @@ class ChatStore:
                 }
                 m.tokens = [
                     token(*r) for r in self.db.execute(
-                        "SELECT idx, text, token_id, source, round, p, q FROM tokens WHERE message_id=? ORDER BY idx", (mid,))
+                        "SELECT idx, text, token_id, source, round, p, q, runner_up, margin FROM tokens WHERE message_id=? ORDER BY idx", (mid,))
                 ]
                 if finish and finish != "error":
                     m.finish_reason = FinishReason(finish)

@@ -157,3 +157,35 @@ def test_errors_become_notices_that_say_what_to_do():
     for exc, action, words in cases:
         n = explain(exc)
         assert n.action == action and words in n.text, (exc, n)
+
+
+def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
+    path = database_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, role TEXT NOT NULL,
+            content TEXT NOT NULL DEFAULT '', created REAL NOT NULL, target TEXT NOT NULL DEFAULT '',
+            drafter TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', finish_reason TEXT, stats TEXT,
+            error TEXT NOT NULL DEFAULT '');
+        CREATE TABLE rounds (message_id INTEGER NOT NULL, round INTEGER NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (message_id, round));
+        CREATE TABLE tokens (message_id INTEGER NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
+            token_id INTEGER NOT NULL, source TEXT NOT NULL, round INTEGER NOT NULL, p REAL, q REAL,
+            PRIMARY KEY (message_id, idx));
+        INSERT INTO conversations VALUES (1, 'old chat', 0, 0);
+        INSERT INTO messages (id, conversation_id, role, content, created) VALUES (1, 1, 'user', 'hi', 0);
+        INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
+        INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
+    """)
+    old.commit()
+    old.close()
+    store = ChatStore()
+    assert store.notice is None  # upgraded, not set aside
+    reply = store.messages(1)[1]
+    assert [t.text for t in reply.tokens] == ["yo"] and reply.tokens[0].runner_up is None
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "2"
+    store.close()

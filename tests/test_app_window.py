@@ -147,6 +147,7 @@ def test_rejected_drafts_highlighting_and_rendered_view_toggles(qtbot, tiny, iso
     assert frags and all(style(f.format) == style(QTextCharFormat()) for f in frags)
     tip = w.chat.tooltip_for(next(f for f in frags if f.mark == Mark.CORRECTION).format)
     assert "correction" in tip and "round" in tip and "target p =" in tip and "draft" in tip
+    assert "runner-up was" in tip  # greedy: how close the target's second choice came
     w.act_highlight.trigger()
     assert all(style(f.format) == style(mark_format(f.mark, LIGHT_COLOURS)) for f in w.chat.token_fragments())
 
