@@ -144,10 +144,16 @@ class LlamaModel:
         self.tokens_decoded = 0
         self.decode_s = 0.0  # seconds inside llama_decode, for the overhead accounting
         self._pieces: dict[int, bytes] = {}
+        self._facts: VocabFacts | None = None
         self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
 
     # -- facts ---------------------------------------------------------------
     def vocab_facts(self) -> VocabFacts:
+        if self._facts is None:
+            self._facts = self._read_vocab_facts()
+        return self._facts
+
+    def _read_vocab_facts(self) -> VocabFacts:
         v = self._vocab
         return VocabFacts(
             vocab_type=_VOCAB_TYPES.get(int(lc.llama_vocab_type(v)), "unknown"),
@@ -162,33 +168,10 @@ class LlamaModel:
         """The vocabulary entry itself (not the rendered piece): what compatibility compares."""
         return lc.llama_vocab_get_text(self._vocab, token) or b""
 
-    def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        if n < 0:
-            return None
-        if n >= len(buf):  # a long chat template: ask again with room for it
-            buf = ctypes.create_string_buffer(n + 1)
-            lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
-
     @property
     def chat_template(self) -> str | None:
         ptr = lc.llama_model_chat_template(self._model, None)
         return ptr.decode("utf-8", "replace") if ptr else None
-
-    def description(self) -> str:
-        buf = ctypes.create_string_buffer(256)
-        lc.llama_model_desc(self._model, buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
-
-    @property
-    def n_params(self) -> int:
-        return int(lc.llama_model_n_params(self._model))
-
-    @property
-    def size_bytes(self) -> int:
-        return int(lc.llama_model_size(self._model))
 
     # -- text ----------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -335,12 +318,12 @@ def use_extra_buffers(asked: bool | None) -> bool:
     return "AMX_INT8 = 1" not in system_info()
 
 
-def render_chat(template: str, messages: list[dict[str, str]], bos_token: str, eos_token: str) -> str:
-    """Render messages with a GGUF chat template in llama-cpp-python's sandboxed Jinja formatter."""
+def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[list[dict[str, str]]], str]:
+    """Compile a GGUF chat template once, in llama-cpp-python's sandboxed Jinja formatter."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     formatter = Jinja2ChatFormatter(template=template, bos_token=bos_token, eos_token=eos_token)
-    return formatter(messages=messages).prompt
+    return lambda messages: formatter(messages=messages).prompt
 
 
 def system_info() -> str:

@@ -18,7 +18,7 @@ from .compat import check_pair, vocab_of_model
 from .drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from .errors import ContextFullError, EngineError
 from .events import Event
-from .llama_backend import LlamaModel, LoadSettings, render_chat
+from .llama_backend import LlamaModel, LoadSettings, chat_renderer
 from .policy import AutoK, CostModel, DraftPolicy, Ewma, FixedK, NoDraft
 from .sampling import SamplingParams
 from .speculative import generate
@@ -95,11 +95,7 @@ class Session:
         self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None)
         self.costs = CostModel()
         self.stop_event = threading.Event()
-        self.template = self.target.chat_template or FALLBACK_TEMPLATE
-        self._template_note = (
-            [] if self.target.chat_template
-            else [f"{self.target.path.name} has no chat template: using a plain 'Role: text' layout"]
-        )
+        self._render, self._template_note = self._chat_renderer()
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
@@ -224,18 +220,30 @@ class Session:
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         return RenderedPrompt(tokens, dropped, notes)
 
+    def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str]]:
+        t = self.target
+        facts = t.vocab_facts()
+        bos = t.special_text(facts.bos) if facts.bos >= 0 else ""
+        eos = t.special_text(facts.eos) if facts.eos >= 0 else ""
+        fallback = "using a plain 'Role: text' layout"
+        if not t.chat_template:
+            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name} has no chat template: {fallback}"]
+        try:
+            return chat_renderer(t.chat_template, bos, eos), []
+        except Exception as exc:  # a template is code from the file: it may not even compile
+            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"]
+
     def _tokens_for(self, msgs: list[dict[str, str]]) -> list[int]:
         t = self.target
-        bos = t.special_text(t.vocab_facts().bos) if t.vocab_facts().bos >= 0 else ""
-        eos = t.special_text(t.vocab_facts().eos) if t.vocab_facts().eos >= 0 else ""
+        facts = t.vocab_facts()
         try:
-            text = render_chat(self.template, msgs, bos, eos)
-        except Exception as exc:  # a template is code from the file: report, do not crash
+            text = self._render(msgs)
+        except Exception as exc:  # the template may refuse a conversation (e.g. roles must alternate)
             raise EngineError(f"the model's chat template failed: {exc}") from None
         # The template writes BOS itself when the model wants it: do not add a second one.
         tokens = t.tokenize(text, add_special=False, parse_special=True)
-        if t.vocab_facts().add_bos and (not tokens or tokens[0] != t.vocab_facts().bos):
-            tokens.insert(0, t.vocab_facts().bos)
+        if facts.add_bos and (not tokens or tokens[0] != facts.bos):
+            tokens.insert(0, facts.bos)
         return tokens
 
     # -- replies ----------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import ContextFullError, IncompatiblePairError, ModelFileError
+from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError
 from engine.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.llama_backend import LlamaModel, LoadSettings
 from engine.sampling import SamplingParams
@@ -352,3 +352,25 @@ def test_bench_calls_a_swap_of_close_candidates_a_tie():
     assert divergence(plain, far, lambda t: False)[2] is False  # 0.9 logits apart is no tie
     other = result([5, 8, 2], [(9, 2.0), (4, 0.01), (1, 1.0)])
     assert divergence(plain, other, lambda t: False)[2] is False  # plain's token was not spec's second choice
+
+
+def test_a_broken_or_refusing_chat_template_is_a_message_not_a_crash(tmp_path):
+    from dataclasses import replace
+
+    from tiny_models import TARGET, write_tiny_model
+
+    broken = write_tiny_model(tmp_path / "broken.gguf", replace(TARGET, chat_template="{% for m in messages %}{{ oops"))
+    s = Session(broken, None, calibrate=False)
+    try:
+        assert "chat template is broken" in s.notes[0]
+        assert run(s, "hello", max_tokens=4)[-1].stats.tokens >= 0  # the plain layout still works
+    finally:
+        s.close()
+    strict = write_tiny_model(tmp_path / "strict.gguf", replace(
+        TARGET, chat_template="{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system prompts') }}{% endif %}"))
+    s = Session(strict, None, calibrate=False)
+    try:
+        with pytest.raises(EngineError, match="no system prompts"):
+            s.render([{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}])
+    finally:
+        s.close()
