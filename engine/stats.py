@@ -23,7 +23,7 @@ class StatsTracker:
     def __init__(self, draft_mode: str, target, drafter) -> None:
         self.t0 = time.perf_counter()
         self.draft_mode = draft_mode
-        self.target, self.drafter = target, drafter
+        self.target = target
         self._target_passes0, self._target_decode0 = target.passes, target.decode_s
         model = getattr(drafter, "model", None)
         self._dmodel = getattr(model, "model", model)  # ModelDrafter.model or CombinedDrafter.model.model
@@ -90,6 +90,7 @@ class StatsTracker:
             llama_s += self._dmodel.decode_s - self._drafter_decode0
             drafter_passes = self._dmodel.passes - self._drafter_passes0
         tps = self.tokens / gen_s if self.tokens else 0.0
+        gaps = self.inter_token_gaps()
         plain = costs.estimated_plain_tokens_per_s()
         first = self.token_times[0] - self.t0 if self.token_times else 0.0
         return Stats(
@@ -107,8 +108,8 @@ class StatsTracker:
             prompt_tokens_reused=self.reused,
             ttft_s=first,
             tokens_per_s=tps,
-            itl_p50_s=_percentile(self.inter_token_gaps(), 50),
-            itl_p95_s=_percentile(self.inter_token_gaps(), 95),
+            itl_p50_s=_percentile(gaps, 50),
+            itl_p95_s=_percentile(gaps, 95),
             wall_s=wall,
             prefill_s=self.prefill_s,
             draft_s=self.draft_s,

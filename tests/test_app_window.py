@@ -214,9 +214,9 @@ def test_a_missing_model_is_explained_with_what_to_do(qtbot, tiny, isolated_home
     assert w.controller.loaded is None
 
 
-def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, isolated_home):
-    install_tiny(tiny, isolated_home, max_tokens=3000)
-    w = open_window(qtbot)
+def hold_after_first_token(w):
+    """Keep the engine thread inside the reply after its first token until the returned gate is
+    set; also returns the slot, to disconnect it."""
     gate = threading.Event()
 
     def hold(_rid, event):
@@ -224,6 +224,13 @@ def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, 
             gate.wait(20)
 
     w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    return gate, hold
+
+
+def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=3000)
+    w = open_window(qtbot)
+    gate, hold = hold_after_first_token(w)
     try:
         w.input.setPlainText(PROMPT)
         qtbot.keyClick(w.input, Qt.Key.Key_Return)
@@ -245,13 +252,7 @@ def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, 
 def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, max_tokens=3000)
     w = open_window(qtbot)
-    gate = threading.Event()
-
-    def hold(_rid, event):
-        if isinstance(event, TokenEvent) and event.index == 0:
-            gate.wait(20)
-
-    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    gate, hold = hold_after_first_token(w)
     w.input.setPlainText(PROMPT)
     qtbot.keyClick(w.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(marks(w)) > 0, timeout=REPLY_TIMEOUT_MS)
