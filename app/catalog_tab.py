@@ -119,7 +119,7 @@ class CatalogTab(QWidget):
         inner = QWidget()
         il = QVBoxLayout(inner)
         try:
-            from engine.catalog import load_catalog
+            from engine.models.catalog import load_catalog
 
             pairs = load_catalog()
         except (EngineError, ImportError) as exc:
@@ -141,10 +141,10 @@ class CatalogTab(QWidget):
 
     def _default_state(self, *_args) -> None:
         def look():
-            from engine.modelstore import default_pair
+            from engine.models.default_pair import installed_pair
 
             try:
-                return default_pair()  # reads the files' headers: off the GUI thread
+                return installed_pair()  # reads the files' headers: off the GUI thread
             except (EngineError, OSError):
                 return None
 

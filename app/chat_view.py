@@ -16,7 +16,7 @@ from PySide6.QtCore import QEvent, QPointF, Qt
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
-from engine.events import FinishReason, TokenEvent, TokenSource
+from engine.decoding.events import FinishReason, TokenEvent, TokenSource
 
 from .records import Message, Role
 from .theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours, mark_format

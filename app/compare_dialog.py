@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.events import DoneEvent, RoundEvent, Stats, TokenEvent
+from engine.decoding.events import DoneEvent, RoundEvent, Stats, TokenEvent
 
 from .chat_view import ChatView, ViewOptions
 from .controller import ChatController

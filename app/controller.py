@@ -14,9 +14,9 @@ from typing import Any, Protocol
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal
 
 from engine.errors import ModelFileError
-from engine.events import FinishReason
-from engine.sampling import SamplingParams
-from engine.session import GenerationSettings, LoadSettings
+from engine.decoding.events import FinishReason
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.session import GenerationSettings, LoadSettings
 
 from .background import run_in_background
 from .errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain

@@ -64,7 +64,7 @@ class HardwareTab(QWidget):
 
     @staticmethod
     def _read_report():
-        from engine.hardware import hardware_report
+        from engine.models.hardware import hardware_report
 
         return hardware_report()
 
@@ -96,7 +96,7 @@ class HardwareTab(QWidget):
         gen = self._generation
 
         def job():
-            from engine.hardware import estimate_pair_memory
+            from engine.models.hardware import estimate_pair_memory
 
             return estimate_pair_memory(Path(s.target), drafter, n_ctx, ngl)
 

@@ -5,8 +5,13 @@ import os
 import threading
 from pathlib import Path
 
-from engine import catalog, default_pair, download, modelstore
+from engine.models import catalog
 
+from engine.models import default_pair
+
+from engine.models import download
+
+from engine.models import modelstore
 from .tasks import Report, Task, rate_detail
 
 

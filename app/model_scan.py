@@ -1,7 +1,7 @@
 """Which models are installed, and which of them can draft for a target (no Qt: runs off the GUI thread).
 
-Uses engine.modelstore when it is there; otherwise reads the GGUF headers itself with the
-engine's validator and llama.cpp's pairing rules (engine.compat), loading no weights.
+Uses engine.models.modelstore when it is there; otherwise reads the GGUF headers itself with the
+engine's validator and llama.cpp's pairing rules (engine.decoding.compat), loading no weights.
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import paths
-from engine.compat import incompatibilities, vocab_of_file
+from engine.decoding.compat import incompatibilities, vocab_of_file
 from engine.errors import EngineError
 from engine.gguf_check import validate_gguf
 
 try:  # the models API (another part of the engine) may not be installed in this tree yet
-    from engine import modelstore as _store
+    from engine.models import modelstore as _store
 except ImportError:  # pragma: no cover - depends on the tree
     _store = None
 
@@ -74,7 +74,7 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"
 
 
-def _entry_of_record(r) -> ModelEntry:  # engine.modelstore.ModelRecord
+def _entry_of_record(r) -> ModelEntry:  # engine.models.modelstore.ModelRecord
     return ModelEntry(Path(r.path), r.name, r.architecture, int(r.n_params or 0), r.quantization, int(r.size_bytes or 0))
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from engine.events import FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
+from engine.decoding.events import FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
 
 
 class Role(str, Enum):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 
 from .errors import Notice, explain
 from .records import Message
@@ -63,7 +63,7 @@ class ReplyRecorder:
             m.stats = self.done.stats
             self._save(lambda: self.store.finish(m.id, self.done, m.content))
         elif self.error is not None and m.tokens:
-            from engine.events import FinishReason
+            from engine.decoding.events import FinishReason
 
             m.content = "".join(t.text for t in m.tokens)
             m.finish_reason = FinishReason.CANCELLED

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events import RoundEvent, Stats
+from engine.decoding.events import RoundEvent, Stats
 
 HELPING = 1.05
 HURTING = 0.95

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine import paths
-
 PROMPT = "the model is fast"  # 32 tokens, some drafts accepted and some corrected
 MAX_TOKENS = 32
 DRAFT_MAX = 4
@@ -63,8 +62,7 @@ def _compact_system_info(info: str) -> str:
 
 
 def check_backend() -> str:
-    from engine import llama_backend
-
+    from engine.decoding import llama_backend
     names = llama_backend.backends()
     if not names:
         raise SelfTestFailure("llama.cpp loaded no compute backend (not even the CPU one): the installation is incomplete")
@@ -75,13 +73,13 @@ def check_backend() -> str:
 
 
 def _tokens(events: list) -> list[int]:
-    from engine.events import TokenEvent
+    from engine.decoding.events import TokenEvent
 
     return [e.token_id for e in events if isinstance(e, TokenEvent)]
 
 
 def _done(events: list):
-    from engine.events import DoneEvent
+    from engine.decoding.events import DoneEvent
 
     done = [e for e in events if isinstance(e, DoneEvent)]
     if not done:
@@ -101,8 +99,8 @@ def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: i
 
 
 def check_speculation() -> str:
-    from engine.llama_backend import LoadSettings
-    from engine.session import GenerationSettings, Session
+    from engine.decoding.llama_backend import LoadSettings
+    from engine.decoding.session import GenerationSettings, Session
 
     folder = _models_dir()
     target, drafter = folder / TARGET_FILE, folder / DRAFTER_FILE
@@ -211,7 +209,7 @@ def check_app_imports() -> str:
     # A bundle that lost a module fails here, not when the user opens a dialog.
     import importlib
 
-    names = ["app.window", "engine.download", "huggingface_hub", "jinja2"]
+    names = ["app.window", "engine.models.download", "huggingface_hub", "jinja2"]
     for name in names:
         try:
             importlib.import_module(name)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-
 from .theme import Theme
 
 FILE_NAME = "settings.json"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine import paths
-from engine.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 
 from .records import Conversation, Message, Role, round_from_dict, stats_from_dict, token
 from .settings import set_aside
@@ -215,7 +215,7 @@ class ChatStore:
         return True
 
     def messages(self, conv_id: int) -> list[Message]:
-        from engine.events import FinishReason
+        from engine.decoding.events import FinishReason
 
         out: list[Message] = []
         rows = self.db.execute(

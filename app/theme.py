@@ -19,7 +19,7 @@ from enum import Enum
 from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat
 from PySide6.QtWidgets import QApplication
 
-from engine.events import TokenSource
+from engine.decoding.events import TokenSource
 
 
 class Theme(str, Enum):

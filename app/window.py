@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
 )
 
 from engine import paths
-
 from .chat_view import ChatView, ViewOptions
 from .controller import ChatController
 from .conversation_list import ConversationList

@@ -15,7 +15,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import EngineError
-from engine.session import GenerationSettings, LoadSettings, Session
+from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class LoadRequest:
     target: Path
     """Target model file."""
     drafter: str
-    """'none', 'lookup' or a drafter model path (engine.session.DraftSpec syntax)."""
+    """'none', 'lookup' or a drafter model path (engine.decoding.session.DraftSpec syntax)."""
     load: LoadSettings = LoadSettings()
     """Context length, GPU layers, threads."""
 

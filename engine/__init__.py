@@ -1,5 +1,5 @@
 """Draftlight's engine: speculative decoding on llama.cpp, with no Qt in sight.
 
-Entry points: `engine.session.Session` (load a pair, chat, stop), the event types in
-`engine.events`, and the CLI in `engine.cli` (`python -m engine`).
+Entry points: `engine.decoding.session.Session` (load a pair, chat, stop), the event types in
+`engine.decoding.events`, and the CLI in `engine.frontends.cli` (`python -m engine`).
 """

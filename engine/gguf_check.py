@@ -17,7 +17,7 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from .errors import ModelFileError
+from engine.errors import ModelFileError
 
 _SCALARS: dict[int, tuple[str, int]] = {
     GGUFValueType.UINT8: ("<B", 1),

@@ -119,7 +119,7 @@ def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolat
 
     from app.catalog_tab import PairCard
     from app.window import MainWindow
-    from engine.catalog import CatalogFile, CatalogPair
+    from engine.models.catalog import CatalogFile, CatalogPair
 
     hub = FakeHub()
     try:

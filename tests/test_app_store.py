@@ -12,8 +12,8 @@ from app.reply_stats import ReplyStats, verdict
 from app.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.store import ChatStore, database_path
 from app.theme import Theme
-from engine.events import DoneEvent, RoundEvent, TokenEvent
-from engine.session import GenerationSettings, LoadSettings, Session
+from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from test_app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks, open
 
 from app.store import database_path  # noqa: E402
 from app.theme import LIGHT_COLOURS, Mark, mark_format  # noqa: E402
-from engine.events import FinishReason, TokenEvent, TokenSource  # noqa: E402
+from engine.decoding.events import FinishReason, TokenEvent, TokenSource  # noqa: E402
 
 STYLE_FIELDS = (
     ("background", lambda f: f.background().color().name() if f.hasProperty(QTextCharFormat.Property.BackgroundBrush) else None),

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from engine import catalog
-from engine.catalog import CatalogError, find_pair, load_catalog
+from engine.models import catalog
+from engine.models.catalog import CatalogError, find_pair, load_catalog
 
 
 def test_every_entry_is_complete():

@@ -14,9 +14,9 @@ import pytest
 from fake_hub import FakeHub
 from tiny_models import TinySpec, write_tiny_model
 
-from engine import modelstore
-from engine.catalog import CatalogFile, CatalogPair
-from engine.download import (
+from engine.models import modelstore
+from engine.models.catalog import CatalogFile, CatalogPair
+from engine.models.download import (
     DownloadCancelled,
     DownloadError,
     discard_partial,

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError
-from engine.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
-from engine.llama_backend import LlamaModel, LoadSettings
-from engine.sampling import SamplingParams
-from engine.session import GenerationSettings, Session
+from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.session import GenerationSettings, Session
 
 PROMPTS = ["hello world", "def return class import", "the model is fast", "python code token draft"]
 
@@ -254,8 +254,8 @@ def test_bad_files_fail_cleanly_before_llama_cpp(tmp_path, tiny):
 
 
 def test_lookup_drafter_continues_the_latest_longest_match():
-    from engine.drafters import LookupDrafter
-    from engine.sampling import SamplingParams
+    from engine.decoding.drafters import LookupDrafter
+    from engine.decoding.sampling import SamplingParams
 
     d = LookupDrafter(max_ngram=3, min_ngram=2)
     rng = np.random.default_rng(0)
@@ -281,7 +281,7 @@ def test_lookup_drafter_is_exact_and_finds_repeats(tiny, plain):
 
 
 def test_utf8_is_never_split(plain):
-    from engine.speculative import _Text
+    from engine.decoding.speculative import _Text
 
     model = plain.target
     ids = [t for t in model.tokenize("é€", add_special=False) if model.piece(t) != b" "]  # SPM's space prefix
@@ -339,7 +339,7 @@ def test_greedy_tokens_carry_the_runner_up_as_tie_evidence(pair):
 
 
 def test_bench_calls_a_swap_of_close_candidates_a_tie():
-    from engine.bench import RunResult, divergence
+    from engine.frontends.bench import RunResult, divergence
 
     def result(ids, seconds):
         return RunResult("p", "c", "v", 0, len(ids), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, None, "length", 1.0,

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from engine.gguf_check import validate_gguf
-from engine.hardware import (
+from engine.models.hardware import (
     DeviceInfo,
     HardwareReport,
     estimate_pair_memory,

@@ -13,9 +13,11 @@ import uuid
 
 import pytest
 
-from engine import default_pair, modelstore
-from engine.catalog import find_pair
-from engine.default_pair import DefaultPairMissing, InstallCancelled, PartedModel, install_default
+from engine.models import default_pair
+
+from engine.models import modelstore
+from engine.models.catalog import find_pair
+from engine.models.default_pair import DefaultPairMissing, InstallCancelled, PartedModel, install_default
 from engine.errors import ModelFileError
 
 
@@ -134,7 +136,7 @@ def test_install_default_end_to_end(isolated_home, request):
     request.addfinalizer(lambda: [p.unlink(missing_ok=True) for p in (target, drafter)])  # free the disk
     assert (target.name, drafter.name) == (default_pair.TARGET.filename, default_pair.DRAFTER.filename)
     assert target.stat().st_size == 1_117_320_768 and drafter.stat().st_size == 491_400_064
-    assert modelstore.default_pair() == (target, drafter)
+    assert default_pair.installed_pair() == (target, drafter)
     records = {r.path.name: r for r in modelstore.list_models()}
     assert records[target.name].sha256 == default_pair.TARGET.sha256 and records[target.name].source == "default"
     assert records[drafter.name].architecture == "qwen2" and records[drafter.name].vocab_size == 151936

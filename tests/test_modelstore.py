@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from tiny_models import DRAFTER, TARGET, write_tiny_model
 
-from engine import modelstore
+from engine.models import modelstore
+from engine.models.default_pair import installed_pair
 from engine.errors import ModelFileError
 
 
@@ -175,4 +176,4 @@ def test_the_real_pair_pairs_without_warning(real_pair):
 
 
 def test_default_pair_is_none_until_installed(folder):
-    assert modelstore.default_pair() is None
+    assert installed_pair() is None

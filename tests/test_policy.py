@@ -1,9 +1,9 @@
 """Auto's decisions from measured costs: drafting where it pays, plain decoding where it does not."""
 from __future__ import annotations
 
-from engine.events import RoundEvent
-from engine.policy import AutoK, CostModel, FixedK, RoundOutcome
-from engine.session import GenerationSettings, Session
+from engine.decoding.events import RoundEvent
+from engine.decoding.policy import AutoK, CostModel, FixedK, RoundOutcome
+from engine.decoding.session import GenerationSettings, Session
 
 
 def costs_like(verify_ms: dict[int, float], draft_ms: float | None) -> CostModel:

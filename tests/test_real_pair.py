@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.compat import incompatibilities, vocab_of_file, vocab_of_model
-from engine.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.compat import incompatibilities, vocab_of_file, vocab_of_model
+from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
 from engine.gguf_check import validate_gguf
-from engine.llama_backend import LoadSettings
-from engine.session import GenerationSettings, Session
+from engine.decoding.llama_backend import LoadSettings
+from engine.decoding.session import GenerationSettings, Session
 
 PROMPT = "Write a Python function that returns the square of a number."
 

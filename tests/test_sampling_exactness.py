@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-import engine.speculative as spec
-from engine.events import RoundEvent, TokenEvent
-from engine.sampling import SamplingParams, distribution
-from engine.session import GenerationSettings, Session
+import engine.decoding.speculative as spec
+from engine.decoding.events import RoundEvent, TokenEvent
+from engine.decoding.sampling import SamplingParams, distribution
+from engine.decoding.session import GenerationSettings, Session
 
 PROMPT = "hello world the"
 N = 3000

@@ -18,8 +18,8 @@ import numpy as np
 
 import llama_cpp as lc
 
-from .errors import ContextFullError, EngineError, ModelLoadError
-from .gguf_check import validate_gguf
+from engine.errors import ContextFullError, EngineError, ModelLoadError
+from engine.gguf_check import validate_gguf
 
 _init_lock = threading.Lock()
 _initialised = False

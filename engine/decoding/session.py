@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .compat import check_pair, vocab_of_model
-from .drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
-from .errors import ContextFullError, EngineError
-from .events import Event
-from .llama_backend import LlamaModel, LoadSettings, chat_renderer
-from .policy import AutoK, CostModel, DraftPolicy, Ewma, FixedK, NoDraft
-from .sampling import SamplingParams
-from .speculative import generate
+from engine.decoding.compat import check_pair, vocab_of_model
+from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
+from engine.errors import ContextFullError, EngineError
+from engine.decoding.events import Event
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer
+from engine.decoding.policy import AutoK, CostModel, DraftPolicy, Ewma, FixedK, NoDraft
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculative import generate
 
 LOOKUP = "lookup"
 NONE = "none"

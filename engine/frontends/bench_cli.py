@@ -5,14 +5,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from .paths import resources_dir
+from engine.frontends.options import draft_max_arg, load_settings
+from engine.paths import resources_dir
 
 DEFAULT_PROMPTS = resources_dir() / "bench" / "prompts.jsonl"
 
 
 def register(sub) -> None:
-    from .cli import _draft_max
-
     b = sub.add_parser("bench", help="measure speculative variants against plain decoding (ratios from the same run)")
     b.add_argument("--target", required=True, help="target model (GGUF file)")
     b.add_argument("--draft", action="append", default=None,
@@ -20,7 +19,7 @@ def register(sub) -> None:
                         "then the model drafter given with another --draft) or 'none'; ITEM@K sets that variant's draft length; "
                         "repeat or comma-separate")
     b.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help=f"JSONL with 'prompt' and 'category' (default: {DEFAULT_PROMPTS.name})")
-    b.add_argument("--draft-max", type=_draft_max, default="auto", help="draft length k or 'auto' (default)")
+    b.add_argument("--draft-max", type=draft_max_arg, default="auto", help="draft length k or 'auto' (default)")
     b.add_argument("--max-tokens", type=int, default=128)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--categories", default=None, help="only these categories (comma-separated)")
@@ -32,10 +31,9 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .bench import load_prompts, meta_for, parse_variants, run_bench, write_report
-    from .cli import load_settings
-    from .errors import EngineError
-    from .session import Session
+    from engine.frontends.bench import load_prompts, meta_for, parse_variants, run_bench, write_report
+    from engine.errors import EngineError
+    from engine.decoding.session import Session
 
     try:  # fail before a long run, not after it
         import matplotlib  # noqa: F401

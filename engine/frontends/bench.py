@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import EngineError
-from .events import DoneEvent, TokenEvent
-from .session import DraftSpec, GenerationSettings, Session
+from engine.errors import EngineError
+from engine.decoding.events import DoneEvent, TokenEvent
+from engine.decoding.session import DraftSpec, GenerationSettings, Session
 
 PLAIN = "plain"
 
@@ -324,7 +324,7 @@ def machine_description() -> str:
 
 
 def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt], max_tokens: int, repeats: int) -> dict:
-    from .llama_backend import backends
+    from engine.decoding.llama_backend import backends
 
     return {
         "target": session.target.path.name, "machine": machine_description(), "backends": ", ".join(backends()),

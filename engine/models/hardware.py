@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_check import GGUFInfo, validate_gguf
+from engine.gguf_check import GGUFInfo, validate_gguf
 
 #: Fixed overhead per loaded model beyond the parts computed below (context, graph, scratch).
 MODEL_OVERHEAD_BYTES = 64 * 1024 * 1024
@@ -63,7 +63,7 @@ class HardwareReport:
 
     def default_load(self, n_ctx: int = 4096):
         """LoadSettings with all layers on the GPU when there is one, none otherwise; every CPU thread."""
-        from .llama_backend import LoadSettings
+        from engine.decoding.llama_backend import LoadSettings
 
         return LoadSettings(n_ctx=n_ctx, n_gpu_layers=-1 if self.gpu_offload else 0, n_threads=self.cpu_threads)
 
@@ -175,7 +175,7 @@ def ram() -> tuple[int, int]:
 
 
 def hardware_report() -> HardwareReport:
-    from . import llama_backend
+    from engine.decoding import llama_backend
 
     devs = tuple(DeviceInfo(d.name, d.description, d.kind, d.memory_free, d.memory_total)
                  for d in llama_backend.devices())

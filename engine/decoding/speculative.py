@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .drafters import Draft, Drafter
-from .errors import ContextFullError, EngineError
-from .events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
-from .llama_backend import LlamaModel
-from .policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
-from .sampling import SamplingParams, accept_draft_token, distribution, sample_residual, softmax_prob
-from .stats import StatsTracker
+from engine.decoding.drafters import Draft, Drafter
+from engine.errors import ContextFullError, EngineError
+from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.llama_backend import LlamaModel
+from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
+from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual, softmax_prob
+from engine.decoding.stats import StatsTracker
 
 _NO_DRAFT = Draft()
 

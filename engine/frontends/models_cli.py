@@ -1,7 +1,7 @@
 """`python -m engine models ...`: list, catalog, install-default, download, import, verify, pair, hardware.
 
-Registered by engine/cli.py. Results go to stdout, progress to stderr; bad input prints one
-clear line on stderr and exits 2 (engine.cli.main turns EngineError into that).
+Registered by engine/frontends/cli.py. Results go to stdout, progress to stderr; bad input prints one
+clear line on stderr and exits 2 (engine.frontends.cli.main turns EngineError into that).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import EngineError
+from engine.errors import EngineError
 
 
 def _size(n: int | None) -> str:
@@ -47,7 +47,7 @@ class _Progress:
             sys.stderr.write("\n")
             self.open_line = False
 
-    def bytes(self, p) -> None:  # engine.download.DownloadProgress
+    def bytes(self, p) -> None:  # engine.models.download.DownloadProgress
         pct = p.fraction
         line = f"{p.filename}: {_size(p.done_bytes)}"
         if p.total_bytes:
@@ -105,7 +105,7 @@ def _run_cancellable(work, cancel: threading.Event):
 
 # -- commands -------------------------------------------------------------------------------------
 def cmd_list(args) -> int:
-    from . import modelstore
+    from engine.models import modelstore
 
     folder = Path(args.folder) if args.folder else modelstore.models_folder()
     records, problems = modelstore.scan(folder)
@@ -132,7 +132,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_catalog(args) -> int:
-    from . import catalog, download
+    from engine.models import catalog
+    from engine.models import download
 
     pairs = catalog.load_catalog()
     folder = Path(args.folder) if args.folder else None
@@ -162,7 +163,7 @@ def cmd_catalog(args) -> int:
 
 
 def cmd_install_default(args) -> int:
-    from .default_pair import install_default
+    from engine.models.default_pair import install_default
 
     bar = _Progress()
     try:
@@ -175,7 +176,8 @@ def cmd_install_default(args) -> int:
 
 
 def cmd_download(args) -> int:
-    from . import catalog, download
+    from engine.models import catalog
+    from engine.models import download
 
     pair = catalog.find_pair(args.id)
     bar = _Progress()
@@ -198,7 +200,7 @@ def cmd_download(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from . import modelstore
+    from engine.models import modelstore
 
     bar = _Progress()
     rec = modelstore.import_model(Path(args.path), Path(args.folder) if args.folder else None,
@@ -209,7 +211,7 @@ def cmd_import(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from . import modelstore
+    from engine.models import modelstore
 
     rec = modelstore.verify(Path(args.path))
     if args.sha256:
@@ -230,7 +232,7 @@ def cmd_verify(args) -> int:
 
 def _resolve_model(text: str) -> Path:
     """A path, or the name of a file in the model folder."""
-    from . import modelstore
+    from engine.models import modelstore
 
     p = Path(text).expanduser()
     if p.exists() or p.is_absolute() or "/" in text:
@@ -240,7 +242,7 @@ def _resolve_model(text: str) -> Path:
 
 
 def cmd_pair(args) -> int:
-    from . import modelstore
+    from engine.models import modelstore
 
     target = _resolve_model(args.target)
     t = modelstore.verify(target)
@@ -267,7 +269,7 @@ def cmd_pair(args) -> int:
 
 
 def cmd_hardware(args) -> int:
-    from .hardware import estimate_pair_memory, hardware_report
+    from engine.models.hardware import estimate_pair_memory, hardware_report
 
     rep = hardware_report()
     est = None

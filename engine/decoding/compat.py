@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import IncompatiblePairError
+from engine.errors import IncompatiblePairError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
@@ -63,7 +63,7 @@ def check_pair(target: Vocab, draft: Vocab, target_name: str = "target", draft_n
         raise IncompatiblePairError(f"{draft_name} cannot draft for {target_name}: " + "; ".join(why))
 
 
-def vocab_of_model(model) -> Vocab:  # engine.llama_backend.LlamaModel
+def vocab_of_model(model) -> Vocab:  # engine.decoding.llama_backend.LlamaModel
     f = model.vocab_facts()
     return Vocab(f.vocab_type, f.n_vocab, f.add_bos, f.add_eos, f.bos, f.eos, model.token_text)
 

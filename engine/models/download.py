@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from . import modelstore
-from .catalog import CatalogFile, CatalogPair
-from .errors import EngineError, ModelFileError
-from .gguf_check import validate_gguf
+from engine.models import modelstore
+from engine.models.catalog import CatalogFile, CatalogPair
+from engine.errors import EngineError, ModelFileError
+from engine.gguf_check import validate_gguf
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TRUE = {"1", "ON", "YES", "TRUE"}

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .errors import EngineError
+from engine import paths
+from engine.errors import EngineError
 
 CATALOG_FILE = "catalog.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -5,8 +5,8 @@ import time
 from collections.abc import Iterator
 from typing import TypeVar
 
-from .events import Stats
-from .policy import CostModel, RoundOutcome
+from engine.decoding.events import Stats
+from engine.decoding.policy import CostModel, RoundOutcome
 
 T = TypeVar("T")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .compat import Vocab, incompatibilities, vocab_of_file
-from .errors import EngineError, ModelFileError
-from .gguf_check import GGUFInfo, validate_gguf
+from engine import paths
+from engine.decoding.compat import Vocab, incompatibilities, vocab_of_file
+from engine.errors import EngineError, ModelFileError
+from engine.gguf_check import GGUFInfo, validate_gguf
 
 REGISTRY_FILE = ".draftlight-models.json"
 PARTIAL_DIR = ".partial"
@@ -431,29 +431,3 @@ def pair_options(target: Path, candidates: list[ModelRecord] | None = None) -> l
         options.append(PairOption(drafter=cand, compatible=not reasons, reasons=reasons, warning=warning))
     options.sort(key=lambda o: (not o.compatible, o.drafter.n_params, o.drafter.path.name))
     return options
-
-
-# -- the offline default ----------------------------------------------------------------------------
-def default_pair(folder: Path | None = None) -> tuple[Path, Path] | None:
-    """The installed offline default pair (target, drafter), or None when it is not (fully) installed."""
-    from .default_pair import DEFAULT_MODELS
-
-    folder = _folder(folder)
-    found = []
-    for m in DEFAULT_MODELS:
-        p = folder / m.filename
-        try:
-            if p.stat().st_size != m.size_bytes:
-                return None
-        except OSError:
-            return None
-        sha = known_sha256(p, folder)
-        if sha is not None and sha != m.sha256:
-            return None
-        if sha is None:
-            try:
-                verify(p, folder)  # never hashed here (seconds for 1.6 GB): at least the structure is sound
-            except ModelFileError:
-                return None
-        found.append(p)
-    return found[0], found[1]

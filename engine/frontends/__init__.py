@@ -1,0 +1,1 @@
+"""Front ends over the engine: `python -m engine generate`, `models ...`, `bench`."""

@@ -1,0 +1,55 @@
+"""Command-line options shared by `generate` and `bench`."""
+from __future__ import annotations
+
+import argparse
+
+from engine.errors import EngineError
+
+
+def draft_max_arg(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number of tokens or 'auto'") from None
+    if not 0 <= k <= 64:
+        raise argparse.ArgumentTypeError("must be between 0 and 64")
+    return k
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="target model (GGUF file)")
+    p.add_argument("--draft", default="none",
+                   help="drafter: a GGUF file, 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or 'none'")
+    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload to the GPU (-1 = all, 0 = none)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft-max", type=draft_max_arg, default="auto", help="draft length k, or 'auto' (default)")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this drafter confidence")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=256)
+
+
+def load_settings(args):
+    from engine.decoding.llama_backend import LoadSettings
+
+    return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+
+
+def generation_settings(args):
+    from engine.decoding.sampling import SamplingParams
+    from engine.decoding.session import GenerationSettings
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    sampling.validate()
+    if args.max_tokens < 1:
+        raise EngineError("--max-tokens must be at least 1")
+    return GenerationSettings(sampling=sampling, draft_max=args.draft_max, max_tokens=args.max_tokens, p_min=args.p_min)
