@@ -137,7 +137,8 @@ def test_ctrl_c_cancels_cleanly_and_keeps_the_bytes(hub, tmp_path, isolated_home
                              hub.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=env())
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True)
+    reader.start()
     try:
         def wait_for(text: str) -> None:
             while text not in lines.get(timeout=60):
@@ -151,6 +152,7 @@ def test_ctrl_c_cancels_cleanly_and_keeps_the_bytes(hub, tmp_path, isolated_home
         assert code == 130, "".join(lines.get() for _ in range(lines.qsize()))
     finally:
         proc.kill()
+    reader.join(timeout=60)  # every line the process wrote is in the queue before it is read
     rest = []
     while not lines.empty():
         rest.append(lines.get())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import threading
 import time
@@ -76,9 +77,14 @@ class _Progress:
 
 
 def _run_cancellable(work, cancel: threading.Event):
-    """Run `work` in a thread so Ctrl-C sets `cancel` and the download stops cleanly, keeping its bytes."""
+    """Run `work` in a thread so Ctrl-C sets `cancel` and the download stops cleanly, keeping its bytes.
+
+    Ctrl-C is caught by a handler that only raises a flag: a KeyboardInterrupt can land anywhere in
+    the main thread (inside a lock's bookkeeping, or in a finaliser that swallows it), and then the
+    cancel request would be lost or the wait would hang."""
     result: dict = {}
-    finished = threading.Event()  # not Thread.join: an interrupted join can report a live thread as dead
+    finished = threading.Event()  # not Thread.join: its wait is what the flag is checked between
+    interrupted: list[int] = []
 
     def target() -> None:
         try:
@@ -88,16 +94,17 @@ def _run_cancellable(work, cancel: threading.Event):
         finally:
             finished.set()
 
-    threading.Thread(target=target, name="draftlight-download", daemon=True).start()
-    while True:
-        try:
-            while not finished.wait(0.2):
-                pass
-            break
-        except KeyboardInterrupt:
-            if not cancel.is_set():
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(1)) if on_main else None
+    try:
+        threading.Thread(target=target, name="draftlight-download", daemon=True).start()
+        while not finished.wait(0.1):
+            if interrupted and not cancel.is_set():
                 cancel.set()
                 print("\ncancelling (the bytes so far are kept)...", file=sys.stderr)
+    finally:
+        if on_main:
+            signal.signal(signal.SIGINT, previous)
     if "error" in result:
         raise result["error"]
     return result["value"]
