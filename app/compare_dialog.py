@@ -1,4 +1,10 @@
-"""Compare: the recorded speculative reply next to the same prompt decoded plainly, with times and speedup."""
+"""Compare: a reply's prompt run again with its drafter and with the target alone, side by side.
+
+Like for like: both runs use the reply's own system prompt, sampling and history (as recorded
+with it), the pair loaded now, and each starts from empty caches (both cold), so neither reuses
+what the other or the chat had already read. The verdict uses the stats panel's thresholds and
+words (reply_stats.pace).
+"""
 from __future__ import annotations
 
 import html
@@ -10,9 +16,10 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QV
 from engine.decoding.events import DoneEvent, RoundEvent, Stats, TokenEvent
 
 from .chat_view import ChatView, ViewOptions
-from .controller import ChatController
+from .controller import ChatController, CompareRuns, drafter_label
 from .errors import explain
 from .records import Message, Role
+from .reply_stats import pace
 from .theme import colours_for
 
 
@@ -22,6 +29,9 @@ def describe(stats: Stats | None) -> str:
     gen_s = stats.tokens / stats.tokens_per_s if stats.tokens_per_s else 0.0
     out = (f"{stats.tokens} tokens in {gen_s:.2f} s · {stats.tokens_per_s:.1f} tokens/s · "
            f"first token after {stats.ttft_s:.2f} s")
+    reused = (f"{stats.prompt_tokens_reused} of them reused from the cache" if stats.prompt_tokens_reused
+              else "none reused from a cache")
+    out += f"<br>prompt: {stats.prompt_tokens} tokens, {reused}"
     if stats.drafted:
         out += f"<br>{stats.acceptance_rate:.0%} of {stats.drafted} drafted tokens accepted, {stats.rounds} rounds"
     return out
@@ -34,63 +44,71 @@ def first_difference(a: str, b: str) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-class _PlainRun:
-    """Reply handler for the plain-decoding run."""
+class _Run:
+    """Reply handler for one of the two runs; streams into its pane."""
 
-    def __init__(self, dialog: "CompareDialog") -> None:
-        self.dialog = dialog
+    def __init__(self, dialog: "CompareDialog", view: ChatView, message: Message) -> None:
+        self.dialog, self.view, self.message = dialog, view, message
         self.done: DoneEvent | None = None
         self.error: BaseException | None = None
+        self.finished = False
 
     def on_events(self, events: list) -> None:
-        for r in events:
-            if isinstance(r, RoundEvent):
-                self.dialog.plain_reply.rounds[r.round] = r  # for the tooltips
+        for e in events:
+            if isinstance(e, RoundEvent):
+                self.message.rounds[e.round] = e  # for the tooltips
+            elif isinstance(e, DoneEvent):
+                self.done = e
         tokens = [e for e in events if isinstance(e, TokenEvent)]
         if tokens:
-            self.dialog.append_plain(tokens)
-        for e in events:
-            if isinstance(e, DoneEvent):
-                self.done = e
+            self.message.tokens.extend(tokens)
+            self.view.append_tokens(self.message, tokens)
 
     def on_failed(self, exc: BaseException) -> None:
         self.error = exc
 
     def on_finished(self) -> None:
-        self.dialog.plain_finished(self)
+        self.finished = True
+        if self.done is not None:
+            m = self.message
+            m.content, m.finish_reason, m.stats = self.done.text, self.done.finish_reason, self.done.stats
+            self.view.finish_reply(m)
+        self.dialog.run_finished(self)
 
 
 class CompareDialog(QDialog):
-    """Left: the reply as recorded. Right: plain decoding of the same prompt, streamed now."""
+    """Left: the reply's prompt with the drafter. Right: the same with the target alone. Both run now."""
 
     def __init__(self, controller: ChatController, messages: Sequence[Message], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Compare with plain decoding")
         self.resize(1000, 620)
         self.controller = controller
+        self.messages = list(messages)
         self.reply = messages[-1]
-        self.prompt_messages = list(messages[:-1])
         lay = QVBoxLayout(self)
-        intro = QLabel("The same prompt, decoded by the target alone (no drafter), with the same sampling settings. "
-                       "With greedy decoding (temperature 0) both texts should be the same: speculation changes "
-                       "the speed, not the answer.")
+        intro = QLabel("The prompt of this reply, run twice now with the reply's own system prompt, sampling and "
+                       "history: once with the drafter, once with the target alone. Both runs start from an empty "
+                       "cache, so neither reuses what the other read. With greedy decoding (temperature 0) both texts "
+                       "should be the same: speculation changes the speed, not the answer.")
         intro.setWordWrap(True)
         lay.addWidget(intro)
         grid = QGridLayout()
-        self.left_title = QLabel(f"<b>Speculative</b> ({html.escape(self.reply.target)} ← "
-                                 f"{html.escape(self.reply.drafter or 'none')}, as recorded)")
-        self.right_title = QLabel("<b>Plain decoding</b> (running…)")
-        # The recorded reply keeps its token highlighting; the plain run is all the target's own.
-        self.left = ChatView()
+        loaded = controller.loaded.request if controller.loaded is not None else None
+        target = loaded.target.name if loaded else self.reply.target
+        drafter = drafter_label(loaded.drafter) if loaded else self.reply.drafter
+        self.left_title = QLabel(f"<b>Speculative</b> ({html.escape(target)} ← {html.escape(drafter)}) (waiting…)")
+        self.right_title = QLabel(f"<b>Plain decoding</b> ({html.escape(target)} alone) (waiting…)")
         s = controller.settings
+        self.left = ChatView()
         self.left.set_options(ViewOptions(colours_for(s.theme), s.highlight, s.show_rejected, rendered=False))
-        self.left.show_messages([self.reply])
         self.right = ChatView()
         self.right.set_options(ViewOptions(colours_for(s.theme), s.highlight, False, rendered=False))
-        target = controller.loaded.request.target.name if controller.loaded else self.reply.target
-        self.plain_reply = Message(-1, Role.ASSISTANT, "", target, "none")
+        self.spec_reply = Message(-1, Role.ASSISTANT, "", target, drafter)
+        self.plain_reply = Message(-2, Role.ASSISTANT, "", target, "none")
+        self.left.show_messages([self.spec_reply])
         self.right.show_messages([self.plain_reply])
-        self.left_stats = QLabel(describe(self.reply.stats))
+        self.left_stats = QLabel("–")
         self.right_stats = QLabel("–")
         for w in (self.left_stats, self.right_stats):
             w.setWordWrap(True)
@@ -109,61 +127,69 @@ class CompareDialog(QDialog):
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
-        self.run: _PlainRun | None = None
+        self.spec = _Run(self, self.left, self.spec_reply)
+        self.plain = _Run(self, self.right, self.plain_reply)
+        self.runs: CompareRuns | None = None
 
-    def start(self) -> None:
-        c = self.controller
-        history = [{"role": "system", "content": c.settings.system_prompt}] if c.settings.system_prompt.strip() else []
-        history += [{"role": m.role.value, "content": m.text} for m in self.prompt_messages
-                    if m.role == Role.USER or m.text]
-        loaded = c.loaded.request.target.name if c.loaded else None
-        if loaded and loaded != self.reply.target:
-            self.verdict.setText(f"Note: {html.escape(loaded)} is loaded now, but the reply came from "
-                                 f"{html.escape(self.reply.target)}; the comparison is not like for like.")
-        c.ensure_loaded()
-        self.run = _PlainRun(self)
-        c.request_reply(history, c.generation_settings(plain=True), self.run)
-        c.sig_busy.emit(True)
+    def start(self) -> bool:
+        """Queue both runs; False (and a message) when the engine is busy."""
+        self.runs = self.controller.compare(self.messages, self.spec, self.plain)
+        if self.runs is None:
+            self.verdict.setText("Wait for the reply to finish, then compare.")
+            return False
+        self.left_title.setText(self.left_title.text().replace("(waiting…)", "(running…)"))
+        if self.runs.notes:
+            self.verdict.setText("Note: " + html.escape(" ".join(self.runs.notes)))
+        return True
 
     @property
     def plain_text(self) -> str:
         return self.plain_reply.text
 
-    def append_plain(self, tokens: list[TokenEvent]) -> None:
-        self.plain_reply.tokens.extend(tokens)
-        self.right.append_tokens(self.plain_reply, tokens)
+    @property
+    def complete(self) -> bool:
+        return self.spec.finished and self.plain.finished
 
-    def plain_finished(self, run: _PlainRun) -> None:
-        self.controller.sig_busy.emit(self.controller.busy)
-        if run.error is not None or run.done is None:
-            self.right_title.setText("<b>Plain decoding</b> (failed)")
-            self.verdict.setText(html.escape(explain(run.error).text) if run.error else "The run did not finish.")
+    def run_finished(self, run: _Run) -> None:
+        title, stats = (self.left_title, self.left_stats) if run is self.spec else (self.right_title, self.right_stats)
+        head = title.text().split(" (running…)")[0].split(" (waiting…)")[0]
+        if run.done is None:
+            title.setText(f"{head} (failed)")
+            stats.setText(html.escape(explain(run.error).text) if run.error else "The run did not finish.")
+        else:
+            title.setText(f"{head} (from an empty cache)")
+            stats.setText(describe(run.done.stats))
+        if run is self.spec and not self.plain.finished:
+            self.right_title.setText(self.right_title.text().replace("(waiting…)", "(running…)"))
+        if self.complete:
+            self._verdict()
+
+    def _verdict(self) -> None:
+        spec, plain = self.spec.done, self.plain.done
+        parts = [f"Note: {html.escape(' '.join(self.runs.notes))}"] if self.runs and self.runs.notes else []
+        if spec is None or plain is None:
+            parts.append("One of the runs did not finish, so there is nothing to compare.")
+            self.verdict.setText(" ".join(parts))
             return
-        self.right_title.setText("<b>Plain decoding</b> (target alone)")
-        self.plain_reply.content = run.done.text
-        self.plain_reply.finish_reason = run.done.finish_reason
-        self.plain_reply.stats = run.done.stats
-        self.right.finish_reply(self.plain_reply)
-        plain = run.done.stats
-        self.right_stats.setText(describe(plain))
-        spec = self.reply.stats
-        parts = []
-        if spec is not None and plain.tokens_per_s > 0 and spec.tokens_per_s > 0:
-            x = spec.tokens_per_s / plain.tokens_per_s
-            word = "faster" if x >= 1 else "slower"
+        a, b = spec.stats.tokens_per_s, plain.stats.tokens_per_s
+        if a > 0 and b > 0:
+            x = a / b
             parts.append(f"Speculative decoding ran at <b>{x:.2f}×</b> the speed of plain decoding "
-                         f"({spec.tokens_per_s:.1f} vs {plain.tokens_per_s:.1f} tokens/s): {word}.")
-        diff = first_difference(self.reply.text, run.done.text)
+                         f"({a:.1f} vs {b:.1f} tokens/s): <b>{pace(x)}</b>.")
+        greedy = self.runs is not None and self.runs.settings.temperature <= 0
+        diff = first_difference(spec.text, plain.text)
         if diff is None:
             parts.append("The texts are <b>identical</b>.")
         else:
-            greedy = self.controller.settings.temperature <= 0
             why = ("With greedy decoding they can differ only where two tokens tie numerically."
                    if greedy else "With sampling (temperature above 0) they are expected to differ.")
             parts.append(f"The texts <b>differ</b> from character {diff + 1}. {why}")
+        if spec.text != self.reply.text:
+            parts.append("The speculative run's text is not the recorded reply's"
+                         + (" (a near tie, or another pair)." if greedy else " (sampling)."))
         self.verdict.setText(" ".join(parts))
 
     def done(self, result: int) -> None:
-        if self.run is not None and self.run.done is None and self.run.error is None:
-            self.controller.stop()  # closing the dialog ends the plain run
+        if self.runs is not None and not self.complete:
+            self.controller.stop_requests(self.runs.ids)  # Compare's own runs, never a chat reply
         super().done(result)

@@ -3,12 +3,16 @@
 Widgets talk to it through slots and hear back through signals; it never draws. Engine events
 arrive one by one from the worker and are handed on in batches, one per timer tick, so a fast
 pair cannot flood the event loop (and each batch is one SQLite transaction).
+
+One busy state for the whole app: while anything runs on the engine thread (a chat reply, or the
+two runs of Compare) nothing else can be sent, and each caller stops only its own requests.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal
@@ -25,13 +29,26 @@ from .records import Conversation, Message, Role
 from .reply_recorder import ReplyRecorder
 from .reply_stats import ReplyStats
 from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, load_settings, save_settings
-from .store import ChatStore, StoreError
+from .settings import _coerce as settings_from_dict
+from .store import ChatStore, StoreError, StoreMode
 from .tasks import Task, TaskState
 from .worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
 
 FLUSH_MS = 40
 """How often streamed events reach the window (and the database)."""
 TITLE_CHARS = 48
+SHUTDOWN_WAIT_MS = 500
+"""How long closing waits for the engine thread; a load or a long prompt read is not waited for."""
+
+_lingering: list[tuple[QThread, EngineWorker]] = []
+"""Engine threads still inside a load or a prompt read after their window closed (kept referenced:
+Qt aborts when a running QThread is destroyed). Each frees its models when that call returns."""
+
+
+def engine_threads_running() -> bool:
+    """Some closed window's engine thread is still busy (main() then exits without waiting)."""
+    _lingering[:] = [(t, w) for t, w in _lingering if not t.isFinished()]
+    return bool(_lingering)
 
 
 class ReplyHandler(Protocol):
@@ -40,6 +57,37 @@ class ReplyHandler(Protocol):
     def on_events(self, events: list) -> None: ...
     def on_failed(self, exc: BaseException) -> None: ...
     def on_finished(self) -> None: ...
+
+
+def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[str, str]]:
+    """A conversation as the engine wants it, system prompt first: the chat and Compare both use this."""
+    out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+    for m in messages:
+        text = m.text
+        if m.role == Role.ASSISTANT and not text:
+            continue
+        out.append({"role": m.role.value, "content": text})
+    return out
+
+
+def generation_settings_of(s: AppSettings, plain: bool = False) -> GenerationSettings:
+    return GenerationSettings(
+        sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed),
+        draft_max=0 if plain else s.draft_max,
+        max_tokens=s.max_tokens,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompareRuns:
+    """What Compare queued: the speculative and the plain run of one reply's prompt."""
+
+    ids: tuple[int, int]
+    """Request ids (speculative, plain): Compare stops these and nothing else."""
+    settings: AppSettings
+    """The settings both runs use: the reply's own, as recorded."""
+    notes: tuple[str, ...]
+    """Where the runs cannot be like the recorded reply (another pair loaded now, settings unknown)."""
 
 
 def drafter_label(drafter: str) -> str:
@@ -68,7 +116,7 @@ class ChatController(QObject):
     sig_stats = Signal(object, str)
     """Show these numbers (StatsSnapshot or None) under this title."""
     sig_busy = Signal(bool)
-    """A reply started (True) or ended (False)."""
+    """The engine thread took work (True: a chat reply or Compare; nothing can be sent) or is free (False)."""
     sig_input_restore = Signal(str)
     """A reply failed before its first token: put the user's text back in the input box."""
     sig_load_state = Signal(str, float)
@@ -87,7 +135,6 @@ class ChatController(QObject):
     """A long model job (tasks.Task) started; its own signals report progress."""
     _request_load = Signal(object)
     _request_reply = Signal(object)
-    _request_shutdown = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -97,7 +144,8 @@ class ChatController(QObject):
             self.startup_notices.append(Notice(settings_notice, Level.WARNING))
         self.store = ChatStore()
         if self.store.notice:
-            self.startup_notices.append(Notice(self.store.notice, Level.WARNING))
+            level = Level.ERROR if self.store.mode == StoreMode.MEMORY else Level.WARNING
+            self.startup_notices.append(Notice(self.store.notice, level))
         self.models: list[ModelEntry] = []
         self.drafters: list[DrafterOption] = []
         self.current_id: int | None = None
@@ -114,6 +162,7 @@ class ChatController(QObject):
         self._drafters_generation = 0
         self._drafters_ready = False
         self._closed = False
+        self._was_busy = False
         self.tasks: dict[str, Task] = {}
         self._pending_pair: tuple[str, str] | None = None
 
@@ -123,7 +172,6 @@ class ChatController(QObject):
         self.worker.moveToThread(self.thread)
         self._request_load.connect(self.worker.load)
         self._request_reply.connect(self.worker.reply)
-        self._request_shutdown.connect(self.worker.shutdown)
         self.worker.sig_load_progress.connect(self._on_load_progress)
         self.worker.sig_loaded.connect(self._on_loaded)
         self.worker.sig_load_failed.connect(self._on_load_failed)
@@ -153,23 +201,52 @@ class ChatController(QObject):
         self.refresh_models(then_load=True)
 
     def shutdown(self) -> None:
-        """Stop the reply, free the models on their thread, close the database."""
+        """Stop everything, save, close the database; returns at once even when the engine is busy.
+
+        A running reply stops within one round and is saved as stopped. A model load or a long
+        prompt read cannot be interrupted: the engine thread is left to finish it and then frees
+        the models itself (`engine_threads_running`).
+        """
         if self._closed:
             return
         self._closed = True
         for task in self.tasks.values():
             task.cancel.set()  # downloads keep their bytes and resume next time
-        self.worker.stop()
-        self._request_shutdown.emit()
+        self.worker.close_soon()
+        self.worker.stop(list(self._handlers))
         self.thread.quit()
-        self.thread.wait()
-        # The reply's last events (its DoneEvent included) are still queued for this object:
+        ended = self.thread.wait(SHUTDOWN_WAIT_MS)
+        # The reply's last events (its DoneEvent included) may still be queued for this object:
         # deliver them, so the reply is saved as stopped rather than cut short.
         QCoreApplication.sendPostedEvents(self)
         self.flush()
+        self._flush_timer.stop()
+        self._disconnect_worker()
+        if ended:
+            self.worker.release()
+        else:
+            self.thread.setParent(None)  # outlives this object; frees the models when its call returns
+            _lingering.append((self.thread, self.worker))
+        rec, self.chat_reply = self.chat_reply, None
+        if rec is not None and not rec.orphaned:  # its end never came: keep what was shown, marked
+            try:
+                self.store.finish(rec.message.id, None, rec.message.text, "stopped: the app was closed during the reply")
+            except StoreError:
+                pass  # the batches already written stand; it reads back as interrupted
+        self._handlers.clear()
         self._save_timer.stop()
         self._save_settings()
         self.store.close()
+
+    def _disconnect_worker(self) -> None:
+        w = self.worker
+        for sig, slot in ((w.sig_load_progress, self._on_load_progress), (w.sig_loaded, self._on_loaded),
+                          (w.sig_load_failed, self._on_load_failed), (w.sig_event, self._on_event),
+                          (w.sig_reply_failed, self._on_reply_failed), (w.sig_reply_finished, self._on_reply_finished)):
+            try:
+                sig.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass
 
     # -- settings -------------------------------------------------------------------------
     def update_settings(self, **changes: Any) -> None:
@@ -193,12 +270,7 @@ class ChatController(QObject):
                                         Level.WARNING))
 
     def generation_settings(self, plain: bool = False) -> GenerationSettings:
-        s = self.settings
-        return GenerationSettings(
-            sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed),
-            draft_max=0 if plain else s.draft_max,
-            max_tokens=s.max_tokens,
-        )
+        return generation_settings_of(self.settings, plain)
 
     # -- models ---------------------------------------------------------------------------
     def refresh_models(self, then_load: bool = False) -> None:
@@ -288,9 +360,11 @@ class ChatController(QObject):
             return  # _on_loaded / _on_load_failed look again
         if self.loaded is not None and self.loaded.request == want:
             return
-        if self.chat_reply is not None:
-            self.stop()  # the load is queued behind the reply, which ends within one round
-            self.sig_notice.emit(Notice("The reply was stopped to switch models.", Level.INFO))
+        if self.busy:
+            # The load is queued behind the reply (or Compare), which ends within one round.
+            what = "The reply" if self.chat_reply is not None else "Compare"
+            self.stop()
+            self.sig_notice.emit(Notice(f"{what} was stopped to switch models.", Level.INFO))
         self.loading = want
         self.load_error = None
         self.sig_load_state.emit(f"Loading {want.target.name}…", 0.0)
@@ -348,8 +422,23 @@ class ChatController(QObject):
         self.refresh_models(then_load=True)
 
     # -- conversations ------------------------------------------------------------------------
+    def _store_failed(self, exc: StoreError) -> None:
+        text = str(exc)
+        self.sig_notice.emit(Notice(text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")))
+
     def _conversations(self) -> list[Conversation]:
-        return self.store.conversations(self.search)
+        try:
+            return self.store.conversations(self.search)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return []
+
+    def conversation(self, conv_id: int) -> Conversation | None:
+        try:
+            return self.store.conversation(conv_id)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
 
     def _emit_conversations(self) -> None:
         self.sig_conversations.emit(self._conversations(), self.current_id)
@@ -362,7 +451,7 @@ class ChatController(QObject):
         try:
             conv = self.store.new_conversation()
         except StoreError as exc:
-            self.sig_notice.emit(Notice(str(exc)))
+            self._store_failed(exc)
             return
         self.current_id = conv.id
         self.messages = []
@@ -374,8 +463,13 @@ class ChatController(QObject):
     def open_conversation(self, conv_id: int) -> None:
         if conv_id == self.current_id and self.messages:
             return
+        try:
+            messages = self.store.messages(conv_id)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
         self.current_id = conv_id
-        self.messages = self.store.messages(conv_id)
+        self.messages = messages
         live = self.chat_reply
         if live is not None and live.conversation_id == conv_id:
             # Keep appending to the very Message the reply is filling.
@@ -395,7 +489,7 @@ class ChatController(QObject):
         try:
             self.store.rename(conv_id, title)
         except StoreError as exc:
-            self.sig_notice.emit(Notice(str(exc)))
+            self._store_failed(exc)
         self._emit_conversations()
 
     def delete_conversation(self, conv_id: int) -> None:
@@ -406,7 +500,7 @@ class ChatController(QObject):
         try:
             self.store.delete(conv_id)
         except StoreError as exc:
-            self.sig_notice.emit(Notice(str(exc)))
+            self._store_failed(exc)
             return
         if conv_id == self.current_id:
             self.current_id = None
@@ -422,12 +516,18 @@ class ChatController(QObject):
         self._emit_conversations()
 
     def current_conversation(self) -> Conversation | None:
-        return self.store.conversation(self.current_id) if self.current_id is not None else None
+        return self.conversation(self.current_id) if self.current_id is not None else None
 
     # -- replies ------------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.chat_reply is not None
+        """A chat reply or a Compare run is queued or running on the engine thread."""
+        return self.chat_reply is not None or bool(self._handlers)
+
+    def _busy_changed(self) -> None:
+        if self.busy != self._was_busy:
+            self._was_busy = self.busy
+            self.sig_busy.emit(self._was_busy)
 
     def send(self, text: str) -> bool:
         """Start a reply to `text`; False (and a notice) when it cannot start."""
@@ -450,7 +550,7 @@ class ChatController(QObject):
             reply = self.store.add_message(self.current_id, Role.ASSISTANT, "", target, drafter_label(self.settings.drafter),
                                            self.settings.to_json())
         except StoreError as exc:
-            self.sig_notice.emit(Notice(str(exc)))
+            self._store_failed(exc)
             return False
         self.messages += [user, reply]
         self.sig_message_added.emit(user)
@@ -466,30 +566,59 @@ class ChatController(QObject):
         self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
         self.ensure_loaded()
         self.request_reply(messages, self.generation_settings(), recorder)
-        self.sig_busy.emit(True)
         return True
 
     def history(self) -> list[dict[str, str]]:
         """The open conversation as the engine wants it, system prompt first."""
-        out = [{"role": "system", "content": self.settings.system_prompt}] if self.settings.system_prompt.strip() else []
-        for m in self.messages:
-            text = m.text
-            if m.role == Role.ASSISTANT and not text:
-                continue
-            out.append({"role": m.role.value, "content": text})
-        return out
+        return history_for(self.messages, self.settings.system_prompt)
 
-    def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler) -> int:
+    def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler,
+                      cold: bool = False) -> int:
         """Queue a reply on the engine thread; events go to `handler` in batches."""
         rid = next(self._ids)
         self._handlers[rid] = handler
-        self.worker.arm()
-        self._request_reply.emit(ReplyRequest(rid, tuple(messages), settings))
+        self._request_reply.emit(ReplyRequest(rid, tuple(messages), settings, cold))
+        self._busy_changed()
         return rid
 
     def stop(self) -> None:
-        """Stop the running reply (takes effect within one round)."""
-        self.worker.stop()
+        """Stop whatever runs on the engine thread (takes effect within one round)."""
+        self.worker.stop(list(self._handlers))
+
+    def stop_requests(self, ids: Sequence[int]) -> None:
+        """Stop only these requests, if they are still queued or running."""
+        self.worker.stop([i for i in ids if i in self._handlers])
+
+    def recorded_settings(self, reply: Message) -> AppSettings | None:
+        """The settings `reply` was made with, or None when they were not recorded."""
+        try:
+            data = self.store.reply_settings(reply.id)
+        except StoreError:
+            return None
+        return settings_from_dict(data) if data else None
+
+    def compare(self, messages: Sequence[Message], speculative: ReplyHandler, plain: ReplyHandler) -> CompareRuns | None:
+        """Run the prompt of `messages[-1]` (a finished reply) again twice, speculative then plain, with
+        the reply's own system prompt, sampling and history, each from empty caches (both cold: no run
+        reuses what the other, or the chat, left). None when the engine is busy."""
+        if self.busy or self._closed or not messages:
+            return None
+        reply = messages[-1]
+        notes = []
+        s = self.recorded_settings(reply)
+        if s is None:
+            s = self.settings
+            notes.append("This reply's settings were not recorded; today's system prompt and sampling are used.")
+        loaded = self.loaded.request if self.loaded is not None else self.wanted_load()
+        if loaded is not None and loaded.target.name != reply.target:
+            notes.append(f"{loaded.target.name} is loaded now, but the reply came from {reply.target}.")
+        elif loaded is not None and reply.drafter and drafter_label(loaded.drafter) != reply.drafter:
+            notes.append(f"The drafter now is {drafter_label(loaded.drafter)}; the reply was made with {reply.drafter}.")
+        history = history_for(messages[:-1], s.system_prompt)
+        self.ensure_loaded()
+        ids = (self.request_reply(history, generation_settings_of(s), speculative, cold=True),
+               self.request_reply(history, generation_settings_of(s, plain=True), plain, cold=True))
+        return CompareRuns(ids, s, tuple(notes))
 
     def _on_event(self, rid: int, event: object) -> None:
         self._pending.setdefault(rid, []).append(event)
@@ -516,6 +645,7 @@ class ChatController(QObject):
         handler = self._handlers.pop(rid, None)
         if handler is not None:
             handler.on_finished()
+        self._busy_changed()
 
     # -- the chat reply's callbacks -------------------------------------------------------------
     def _showing(self, recorder: ReplyRecorder) -> bool:
@@ -533,7 +663,6 @@ class ChatController(QObject):
 
     def _recorder_finished(self, rec: ReplyRecorder) -> None:
         self.chat_reply = None
-        self.sig_busy.emit(False)
         if rec.orphaned:
             return
         if rec.error is not None and self.loaded is None and self.load_error is not None:

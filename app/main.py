@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -39,7 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     _quit_on_signals(window)
-    return app.exec()
+    code = app.exec()
+    from .controller import engine_threads_running
+
+    if engine_threads_running():
+        # Closed during a model load or a long prompt read, which llama.cpp cannot interrupt. The
+        # chats and settings are saved and closed: exit now rather than wait, and let the system
+        # free the models.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _quit_on_signals(window) -> None:

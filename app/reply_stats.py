@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from engine.decoding.events import RoundEvent, Stats
 
 HELPING = 1.05
+"""At or above this speed ratio speculation is 'helping'."""
 HURTING = 0.95
+"""At or below it, 'slower'; in between, 'about the same' (timing noise is a few percent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,18 @@ class Verdict(str):
         return v
 
 
+def pace(speedup: float) -> Verdict:
+    """Speculation against plain decoding at this speed ratio: 'helping', 'about the same' or 'slower'.
+
+    The one place that decides it, so the stats panel and Compare never disagree about a reply.
+    """
+    if speedup >= HELPING:
+        return Verdict("helping", "good")
+    if speedup <= HURTING:
+        return Verdict("slower", "bad")
+    return Verdict("about the same", "neutral")
+
+
 def verdict(s: StatsSnapshot) -> Verdict:
     """Is speculation paying off on this machine, in plain words."""
     if s.rounds == 0:
@@ -142,11 +156,12 @@ def verdict(s: StatsSnapshot) -> Verdict:
     x = s.estimated_speedup
     if x is None:
         return Verdict("Measuring the speed of plain decoding…", "neutral")
-    if x >= HELPING:
-        return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", "good")
-    if x <= HURTING:
+    p = pace(x)
+    if p == "helping":
+        return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
+    if p == "slower":
         if s.auto:
-            return Verdict(f"Speculation is slowing this down ({x:.2f}× plain decoding): Auto is shortening the "
-                           "drafts and turns drafting off if it stays slower.", "bad")
-        return Verdict(f"Speculation is slowing this down ({x:.2f}× plain decoding): Auto would turn it off.", "bad")
-    return Verdict(f"About even with plain decoding ({x:.2f}×).", "neutral")
+            return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
+                           "drafts and turns drafting off if it stays slower.", p.tone)
+        return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.", p.tone)
+    return Verdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)

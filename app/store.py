@@ -1,8 +1,11 @@
 """Conversations in SQLite, with every reply token's provenance, written as it arrives.
 
 The database lives in the data folder (WAL journal; one transaction per batch of rounds), so a
-crash of the app loses nothing the window already showed. A database that SQLite cannot read,
-or that fails its integrity check, is renamed aside with a timestamp and a fresh one is made.
+crash of the app loses nothing the window already showed. History is never moved or hidden for a
+reason other than damage: only a file SQLite itself calls corrupt (not a database, malformed, a
+failed integrity check) is renamed aside. A locked, read-only or unreadable file, a full disk or a
+newer schema leave the file as it is; the store then opens it read-only, or, when it cannot be
+read at all, keeps this window's chats in memory, and `notice` says which and why.
 """
 from __future__ import annotations
 
@@ -10,16 +13,20 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 
 from engine import paths
-from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
 
 from .records import Conversation, Message, Role, round_from_dict, stats_from_dict, token
 from .settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
 SCHEMA_VERSION = 2  # 2: tokens keep the greedy runner-up and margin
+BUSY_S = 1.0
+"""How long a statement waits for another process's lock before it gives up (GUI thread: short)."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conversations (
@@ -64,12 +71,104 @@ CREATE TABLE IF NOT EXISTS tokens (
 """
 
 
+_COLUMNS = {  # what this version reads; a file lacking any is not ours to write into
+    "conversations": "id, title, created, updated",
+    "messages": "id, conversation_id, role, content, created, target, drafter, settings, finish_reason, stats, error",
+    "rounds": "message_id, round, data",
+    "tokens": "message_id, idx, text, token_id, source, round, p, q, runner_up, margin",
+}
+_MIGRATIONS = {  # from schema N to N+1, run together with the version bump in one transaction
+    1: ("ALTER TABLE tokens ADD COLUMN runner_up INTEGER", "ALTER TABLE tokens ADD COLUMN margin REAL"),
+}
+
+
 class StoreError(Exception):
-    """The database could not be written (disk full, read-only folder...): one line for the window."""
+    """A read or write failed (locked, disk full, read-only...): one line for the window."""
+
+
+class StoreMode(str, Enum):
+    """What the store could do with the history file at start-up."""
+
+    WRITABLE = "writable"
+    """The normal case."""
+    READ_ONLY = "read-only"
+    """History is shown, nothing is written (newer schema, read-only file)."""
+    MEMORY = "memory"
+    """The file could not be read: it is left alone and this window's chats live in memory only."""
+
+
+class _Damaged(Exception):
+    """SQLite's integrity check failed."""
+
+
+class _NewerSchema(Exception):
+    def __init__(self, version: int) -> None:
+        super().__init__(f"schema {version}")
+        self.version = version
+
+
+class _Foreign(Exception):
+    """A sound SQLite file, but not a Draftlight history (or missing tables and columns)."""
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """SQLite itself says the file is damaged (as opposed to locked, read-only, full, ...)."""
+    if isinstance(exc, _Damaged):
+        return True
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    return name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB" or "malformed" in text \
+        or "not a database" in text
+
+
+def reason(exc: BaseException) -> str:
+    """Why a database call failed, in words a person can act on."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return "it is locked by another program, perhaps another Draftlight window"
+    if name.startswith("SQLITE_READONLY") or name == "SQLITE_PERM":
+        return "it is read-only (check the permissions of the file and its folder)"
+    if name == "SQLITE_FULL" or "disk is full" in str(exc):
+        return "the disk is full"
+    if name.startswith("SQLITE_IOERR"):
+        return f"the disk reported an input/output error ({exc})"
+    if name.startswith("SQLITE_CANTOPEN"):
+        return "the file cannot be opened (check that the data folder exists and is writable)"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc) or type(exc).__name__
 
 
 def database_path() -> Path:
     return paths.data_dir() / FILE_NAME
+
+
+def _schema_version(db: sqlite3.Connection) -> int | None:
+    """The file's schema version; None for an empty file (or one whose creation was cut short)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "meta" not in tables:
+        if tables:
+            raise _Foreign(f"it holds other tables ({', '.join(sorted(tables)[:3])})")
+        return None
+    row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except ValueError:
+        raise _Foreign(f"its schema version is {row[0]!r}") from None
+
+
+def _check_columns(db: sqlite3.Connection) -> None:
+    for table, columns in _COLUMNS.items():
+        try:
+            db.execute(f"SELECT {columns} FROM {table} LIMIT 0")
+        except sqlite3.OperationalError as exc:
+            if is_corruption(exc):
+                raise
+            raise _Foreign(str(exc)) from None
 
 
 class ChatStore:
@@ -77,44 +176,120 @@ class ChatStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or database_path()
+        self.mode = StoreMode.WRITABLE
         self.notice: str | None = None
-        """Set when a damaged database was moved aside at open."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = self._open()
-        except sqlite3.DatabaseError as exc:
-            moved = self._set_aside()
-            self.notice = (
-                f"The conversation database was damaged ({exc}); it was kept as {moved.name} "
-                "and a new, empty one was started."
-            )
-            self.db = self._open()
+        """Set when the history was not opened normally: what happened and what to do."""
+        self._refusal = ""
+        self.db = self._open_any()
 
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+    # -- opening -----------------------------------------------------------------------
+    def _open_any(self) -> sqlite3.Connection:
+        name = self.path.name
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across an app crash
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return self._open_writable()
+        except _NewerSchema as exc:
+            why = (f"Your conversations were saved by a newer version of Draftlight (database schema "
+                   f"{exc.version}; this version knows {SCHEMA_VERSION}). They are shown read-only and the "
+                   "file was not changed; update Draftlight to continue them or start new chats.")
+            return self._fall_back(why, "the conversation history was saved by a newer Draftlight")
+        except Exception as exc:  # noqa: BLE001 - every failure leads to a usable store and a message
+            if not is_corruption(exc):
+                if isinstance(exc, _Foreign):
+                    why = (f"{self.path} is not a Draftlight conversation database ({exc}). It was left as it "
+                           "is; move it elsewhere and restart Draftlight to start a new history.")
+                else:
+                    why = (f"The conversation history ({self.path}) could not be opened for writing: "
+                           f"{reason(exc)}. Nothing in it was changed.")
+                return self._fall_back(why, f"{name} could not be opened for writing: {reason(exc)}")
+            damage = exc
+        try:
+            moved = self._set_aside()
+        except OSError as exc:
+            return self._memory(f"The conversation database is damaged ({damage}) and could not be moved aside "
+                                f"({exc.strerror or exc}). Chats in this window will not be saved.")
+        self.notice = (f"The conversation database was damaged ({damage}); it was kept as {moved.name} "
+                       "and a new, empty one was started.")
+        try:
+            return self._open_writable()
+        except Exception as exc:  # noqa: BLE001
+            return self._memory(f"{self.notice} The new one could not be created either ({reason(exc)}); chats "
+                                "in this window will not be saved.")
+
+    def _open_writable(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_S, check_same_thread=True)
+        try:
             db.execute("PRAGMA foreign_keys=ON")
             ok = db.execute("PRAGMA quick_check").fetchone()
             if not ok or ok[0] != "ok":
-                raise sqlite3.DatabaseError(f"integrity check: {ok[0] if ok else 'no answer'}")
-            db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(f"written by a newer Draftlight (schema {row[0]})")
-            elif int(row[0]) < 2:  # schema 1 had no runner-up columns: add them, keep every chat
-                db.execute("ALTER TABLE tokens ADD COLUMN runner_up INTEGER")
-                db.execute("ALTER TABLE tokens ADD COLUMN margin REAL")
-                db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
-            # Tables a damaged or foreign file may lack show up here, not mid-reply.
-            for table in ("conversations", "messages", "rounds", "tokens"):
-                db.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+                raise _Damaged(f"integrity check: {ok[0] if ok else 'no answer'}")
+            version = _schema_version(db)
+            if version is not None and version > SCHEMA_VERSION:
+                raise _NewerSchema(version)  # before anything is written, the journal mode included
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # with WAL: durable across an app crash
+            if version != SCHEMA_VERSION:
+                self._create_or_upgrade(db)
+            _check_columns(db)
         except BaseException:
             db.close()
             raise
+        return db
+
+    @staticmethod
+    def _create_or_upgrade(db: sqlite3.Connection) -> None:
+        """One transaction: a crash part-way leaves the file as it was before."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = _schema_version(db)  # again, under the lock: another window may have done it
+            if version is None:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif version < SCHEMA_VERSION:
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[step]:
+                        db.execute(statement)
+                db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            elif version > SCHEMA_VERSION:
+                raise _NewerSchema(version)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _fall_back(self, why: str, refusal: str) -> sqlite3.Connection:
+        """Read-only when the file can be read, else memory; the file itself is never touched."""
+        try:
+            db = self._open_read_only()
+        except Exception:  # noqa: BLE001
+            return self._memory(f"{why} It cannot be read now either, so chats in this window will not be saved.")
+        self.mode = StoreMode.READ_ONLY
+        self._refusal = f"{refusal}; it is open read-only"
+        self.notice = why if "read-only" in why else f"{why} Your chats are shown read-only; new ones cannot be saved."
+        return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_S, check_same_thread=True)
+        try:
+            db.execute("PRAGMA query_only=ON")
+            version = _schema_version(db)
+            if version is None or version < SCHEMA_VERSION:
+                raise _Foreign("an older or empty file, which this version reads only after upgrading it")
+            _check_columns(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _memory(self, notice: str) -> sqlite3.Connection:
+        self.mode = StoreMode.MEMORY
+        self.notice = notice
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=True)
+        db.execute("PRAGMA foreign_keys=ON")
+        self._create_or_upgrade(db)
         return db
 
     def _set_aside(self) -> Path:
@@ -128,8 +303,15 @@ class ChatStore:
     def close(self) -> None:
         self.db.close()
 
+    @property
+    def writable(self) -> bool:
+        return self.mode != StoreMode.READ_ONLY
+
+    # -- reading and writing -----------------------------------------------------------------
     def _write(self, sql_batches: Sequence[tuple[str, Sequence]]) -> list[int]:
         """Run statements in one transaction; returns lastrowid of each."""
+        if not self.writable:
+            raise StoreError(f"could not save: {self._refusal}")
         ids = []
         try:
             self.db.execute("BEGIN IMMEDIATE")
@@ -137,29 +319,39 @@ class ChatStore:
                 ids.append(self.db.execute(sql, args).lastrowid)
             self.db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise StoreError(f"could not save to {self.path.name}: {exc}") from None
+            try:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite rolls back on its own when the disk refuses even that
+            raise StoreError(f"could not save to {self.path.name}: {reason(exc)}") from None
         return ids
+
+    def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            hint = " Restart Draftlight to check the file." if is_corruption(exc) else ""
+            raise StoreError(f"could not read the conversation history: {reason(exc)}.{hint}") from None
 
     # -- conversations -----------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:
         if search:
             escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             like = f"%{escaped}%"
-            rows = self.db.execute(
+            rows = self._read(
                 "SELECT id, title, updated FROM conversations c WHERE title LIKE ? ESCAPE '\\' OR EXISTS "
                 "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\') "
                 "ORDER BY updated DESC, id DESC",
                 (like, like),
-            ).fetchall()
+            )
         else:
-            rows = self.db.execute("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC").fetchall()
+            rows = self._read("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
         return [Conversation(*r) for r in rows]
 
     def conversation(self, conv_id: int) -> Conversation | None:
-        r = self.db.execute("SELECT id, title, updated FROM conversations WHERE id=?", (conv_id,)).fetchone()
-        return Conversation(*r) if r else None
+        rows = self._read("SELECT id, title, updated FROM conversations WHERE id=?", (conv_id,))
+        return Conversation(*rows[0]) if rows else None
 
     def new_conversation(self, title: str = "New chat") -> Conversation:
         now = time.time()
@@ -214,33 +406,57 @@ class ChatStore:
         self.rename(conv_id, title)
         return True
 
-    def messages(self, conv_id: int) -> list[Message]:
-        from engine.decoding.events import FinishReason
+    def reply_settings(self, message_id: int) -> dict:
+        """The settings a reply was made with (the app's settings JSON at the time); {} if unknown."""
+        rows = self._read("SELECT settings FROM messages WHERE id=?", (message_id,))
+        try:
+            value = json.loads(rows[0][0]) if rows else {}
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
-        out: list[Message] = []
-        rows = self.db.execute(
+    def messages(self, conv_id: int) -> list[Message]:
+        rows = self._read(
             "SELECT id, role, content, target, drafter, finish_reason, stats, error FROM messages "
             "WHERE conversation_id=? ORDER BY id", (conv_id,)
-        ).fetchall()
+        )
+        out: list[Message] = []
         for mid, role, content, target, drafter, finish, stats, error in rows:
-            m = Message(mid, Role(role), content, target, drafter, error=error)
+            try:
+                m = Message(mid, Role(role), content, target, drafter, error=error)
+            except ValueError:
+                continue  # a role this version does not know (a newer Draftlight's)
             if m.role == Role.ASSISTANT:
-                m.rounds = {
-                    n: round_from_dict(json.loads(d))
-                    for n, d in self.db.execute("SELECT round, data FROM rounds WHERE message_id=? ORDER BY round", (mid,))
-                }
-                m.tokens = [
-                    token(*r) for r in self.db.execute(
-                        "SELECT idx, text, token_id, source, round, p, q, runner_up, margin FROM tokens WHERE message_id=? ORDER BY idx", (mid,))
-                ]
-                if finish and finish != "error":
-                    m.finish_reason = FinishReason(finish)
-                    m.stats = stats_from_dict(json.loads(stats)) if stats else None
-                else:
-                    # A failed reply, or one a crash cut short ('finish' still NULL), keeps what it
-                    # showed; it reads as cancelled from here on.
-                    m.finish_reason = FinishReason.CANCELLED
-                    m.content = m.content or "".join(t.text for t in m.tokens)
-                    m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")
+                self._fill_reply(m, finish, stats)
             out.append(m)
         return out
+
+    def _fill_reply(self, m: Message, finish: str | None, stats: str | None) -> None:
+        rounds = self._read("SELECT round, data FROM rounds WHERE message_id=? ORDER BY round", (m.id,))
+        tokens = self._read("SELECT idx, text, token_id, source, round, p, q, runner_up, margin FROM tokens "
+                            "WHERE message_id=? ORDER BY idx", (m.id,))
+        try:
+            m.rounds = {n: round_from_dict(json.loads(d)) for n, d in rounds}
+            m.tokens = [token(*r) for r in tokens]
+        except (ValueError, TypeError, KeyError):
+            m.rounds, m.tokens = {}, []  # the text stays; only the token view is lost
+            m.error = m.error or "this reply's token record could not be read"
+        known = None
+        if finish and finish != "error":
+            try:
+                known = FinishReason(finish)
+            except ValueError:
+                known = None  # a reason this version does not know: read as cut short
+        if known is not None and stats:
+            try:
+                m.stats = stats_from_dict(json.loads(stats))
+            except (ValueError, TypeError, KeyError):
+                m.stats = None
+        if known is not None:
+            m.finish_reason = known
+        else:
+            # A failed reply, or one a crash cut short ('finish' still NULL), keeps what it
+            # showed; it reads as cancelled from here on.
+            m.finish_reason = FinishReason.CANCELLED
+            m.content = m.content or "".join(t.text for t in m.tokens)
+            m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")

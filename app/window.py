@@ -223,7 +223,7 @@ class MainWindow(QMainWindow):
             self.progress.setValue(int(fraction * 100))
 
     def _confirm_delete(self, conv_id: int) -> None:
-        conv = self.controller.store.conversation(conv_id)
+        conv = self.controller.conversation(conv_id)
         if conv is None:
             return
         answer = QMessageBox.question(self, "Delete chat", f"Delete “{conv.title}”? This cannot be undone.")
@@ -259,8 +259,12 @@ class MainWindow(QMainWindow):
             self.notice.show_notice(Notice("Nothing to compare yet: send a message first.", Level.INFO))
             return
         dlg = CompareDialog(c, c.messages[: last + 1], self)
+        if not dlg.start():
+            self.notice.show_notice(Notice("Wait for the reply to finish (or press Stop), then compare.", Level.INFO))
+            dlg.deleteLater()
+            return
+        self.compare_dialog = dlg
         dlg.show()
-        dlg.start()
 
     def _export_target(self, title: str, suffix: str, filt: str) -> tuple[Path | None, object]:
         conv = self.controller.current_conversation()

@@ -2,8 +2,12 @@
 
 Requests arrive as queued slot calls (in order: a load queued behind a reply runs after it);
 everything it learns leaves as signals, which Qt delivers to the GUI thread. It never touches
-a widget. Stop is not a slot (the thread is busy inside the reply): `stop()` sets a
-threading.Event and the session's own stop flag directly from the GUI thread.
+a widget. Stop is not a slot (the thread is busy inside the reply): `stop()` marks request ids
+as stopped and sets the session's own stop flag directly from the GUI thread.
+
+Closing never waits for a slot that cannot be interrupted (a model load, a long prompt read):
+`close_soon()` makes every queued request a no-op and has the busy slot free the models itself
+when it returns, on this thread.
 """
 from __future__ import annotations
 
@@ -56,6 +60,8 @@ class ReplyRequest:
     """The conversation, system prompt first if any, ending with the user's message."""
     settings: GenerationSettings
     """Sampling, draft length, max tokens."""
+    cold: bool = False
+    """Empty the caches first, so the reply reuses nothing an earlier one left (Compare)."""
 
 
 class EngineWorker(QObject):
@@ -78,24 +84,38 @@ class EngineWorker(QObject):
         super().__init__()
         self._session: Session | None = None
         self._info: LoadedInfo | None = None
-        self._cancel = threading.Event()
+        self._lock = threading.Lock()  # the stop check and the switch to the next reply, atomically
+        self._stopped: set[int] = set()
+        self._running: int | None = None
+        self._closing = False
         self._last_progress: tuple[str, int] = ("", -1)
 
     # -- called from the GUI thread ------------------------------------------------
-    def stop(self) -> None:
-        """End the running reply within one round (thread-safe, returns at once)."""
-        self._cancel.set()
-        session = self._session
-        if session is not None:
-            session.stop()
+    def stop(self, ids) -> None:
+        """End these replies (running or queued) within one round; thread-safe, returns at once."""
+        with self._lock:
+            self._stopped.update(ids)
+            session = self._session
+            if session is not None and self._running in self._stopped:
+                session.stop()
 
-    def arm(self) -> None:
-        """Forget an earlier stop before a new request is queued (GUI thread)."""
-        self._cancel.clear()
+    def close_soon(self) -> None:
+        """The app is closing: skip whatever is queued; the busy slot frees the models when it returns."""
+        self._closing = True
+
+    def release(self) -> None:
+        """Free the models now; only once the engine thread has ended."""
+        self._close()
+
+    @property
+    def holds_models(self) -> bool:
+        return self._session is not None
 
     # -- slots, run on the engine thread -----------------------------------------------
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
+        if self._closing:
+            return
         t0 = time.perf_counter()
         current = self._session
         if current is not None and self._info is not None and self._same_target(self._info.request, req) \
@@ -115,6 +135,9 @@ class EngineWorker(QObject):
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
             self.sig_load_failed.emit(req, exc, None)
             return
+        if self._closing:  # the window closed while this loaded: nobody needs it
+            session.close()
+            return
         self._session = session
         self._loaded(session, req, t0)
 
@@ -129,25 +152,32 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def reply(self, req: ReplyRequest) -> None:
+        if self._closing:
+            return
         session = self._session
         try:
             if session is None:
                 raise EngineError("no model is loaded: choose a target model in the bar above the chat")
-            events = session.chat(list(req.messages), req.settings)
-            if self._cancel.is_set():  # Stop pressed before this reply began
-                session.stop()
+            if req.cold:
+                session.reset_state()
+            with self._lock:
+                self._running = req.id
+                events = session.chat(list(req.messages), req.settings)  # clears the session's stop flag
+                if req.id in self._stopped:  # stopped before it began
+                    session.stop()
             for ev in events:
                 self.sig_event.emit(req.id, ev)
-                if self._cancel.is_set():
+                if req.id in self._stopped:
                     session.stop()
         except Exception as exc:  # noqa: BLE001
             self.sig_reply_failed.emit(req.id, exc)
         finally:
+            with self._lock:
+                self._running = None
+                self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
-
-    @Slot()
-    def shutdown(self) -> None:
-        self._close()
+            if self._closing:
+                self._close()
 
     # -- helpers -------------------------------------------------------------------------
     def _close(self) -> None:

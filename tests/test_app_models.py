@@ -1,4 +1,4 @@
-"""Model choice in the app: the drafter picker, the Models dialog, and Compare, on the tiny real models."""
+"""Model choice in the app: the drafter picker, the Models dialog, sampling, downloads, on the tiny real models."""
 from __future__ import annotations
 
 import os
@@ -65,28 +65,6 @@ def test_models_dialog_explains_pairs_and_imports_a_file(qtbot, tiny, isolated_h
     assert tab.import_row.task.state == TaskState.FAILED
     assert "broken.gguf" in tab.import_row.label.text()
     assert not (isolated_home / "data" / "models" / "broken.gguf").exists()
-
-
-def test_compare_runs_plain_decoding_next_to_the_reply(qtbot, tiny, isolated_home):
-    install_tiny(tiny, isolated_home)
-    w = open_window(qtbot)
-    reply = send(qtbot, w)
-    from app.compare_dialog import CompareDialog
-
-    dlg = CompareDialog(w.controller, w.controller.messages, w)
-    qtbot.addWidget(dlg)
-    dlg.start()
-    assert not w.send_button.isEnabled()  # one reply at a time on the engine thread
-    qtbot.waitUntil(lambda: dlg.run.done is not None or dlg.run.error is not None, timeout=REPLY_TIMEOUT_MS)
-    qtbot.waitUntil(lambda: w.send_button.isEnabled(), timeout=REPLY_TIMEOUT_MS)
-    plain = dlg.run.done.stats
-    assert plain.drafted == 0 and plain.tokens > 0
-    assert dlg.plain_text == dlg.run.done.text
-    assert {f.mark.value for f in dlg.right.token_fragments()} == {"target"}
-    identical = dlg.run.done.text == reply.text
-    assert ("identical" in dlg.verdict.text()) == identical
-    assert "the speed of plain decoding" in dlg.verdict.text()
-    assert len(list(dlg.left.token_fragments())) > 0  # the recorded reply keeps its highlighting
 
 
 def test_draft_length_and_sampling_choices_reach_the_engine(qtbot, tiny, isolated_home):

@@ -8,7 +8,7 @@ import pytest
 
 from app.export import to_markdown, trace_records
 from app.records import Role
-from app.reply_stats import ReplyStats, verdict
+from app.reply_stats import ReplyStats, pace, verdict
 from app.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.store import ChatStore, database_path
 from app.theme import Theme
@@ -55,10 +55,15 @@ def test_verdict_in_words():
 
     assert verdict(snap(1.6, False)).startswith("Speculation is helping")
     slow = verdict(snap(0.6, False))
-    assert "slowing this down" in slow and "Auto would turn it off" in slow and slow.tone == "bad"
+    assert "slower than plain decoding" in slow and "Auto would turn it off" in slow and slow.tone == "bad"
     assert "Auto is shortening" in verdict(snap(0.6, True))
-    assert "even" in verdict(snap(1.0, False))
+    assert "about the same" in verdict(snap(1.0, False))
     assert "Plain decoding" in verdict(snap(None, False, drafted=False))
+    # One decision for the panel and Compare: 5% either side of 1 is "about the same".
+    for x, word in ((1.14, "helping"), (1.05, "helping"), (1.049, "about the same"), (1.03, "about the same"),
+                    (0.951, "about the same"), (0.95, "slower"), (0.5, "slower")):
+        assert pace(x) == word, x
+        assert word in verdict(snap(x, False)), x
 
 
 def test_store_keeps_every_token_and_round_and_reads_them_back(events):

@@ -53,3 +53,22 @@ def send(qtbot, w, text: str = PROMPT):
 
 def marks(w) -> list[tuple[str, str]]:
     return [(f.text, f.mark.value) for f in w.chat.token_fragments()]
+
+
+def hold_after_first_token(w):
+    """Keep the engine thread inside the reply after its first token until the returned gate is
+    set; also returns the slot, to disconnect it."""
+    import threading
+
+    from PySide6.QtCore import Qt
+
+    from engine.decoding.events import TokenEvent
+
+    gate = threading.Event()
+
+    def hold(_rid, event):
+        if isinstance(event, TokenEvent) and event.index == 0:
+            gate.wait(20)
+
+    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    return gate, hold

@@ -10,7 +10,8 @@ import threading  # noqa: E402
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QFont, QTextCharFormat, QTextCursor  # noqa: E402
-from test_app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks, open_window, send  # noqa: E402
+from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
+                              open_window, send)
 
 from app.store import database_path  # noqa: E402
 from app.theme import LIGHT_COLOURS, Mark, mark_format  # noqa: E402
@@ -214,19 +215,6 @@ def test_a_missing_model_is_explained_with_what_to_do(qtbot, tiny, isolated_home
     assert w.controller.loaded is None
 
 
-def hold_after_first_token(w):
-    """Keep the engine thread inside the reply after its first token until the returned gate is
-    set; also returns the slot, to disconnect it."""
-    gate = threading.Event()
-
-    def hold(_rid, event):
-        if isinstance(event, TokenEvent) and event.index == 0:
-            gate.wait(20)
-
-    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
-    return gate, hold
-
-
 def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, max_tokens=3000)
     w = open_window(qtbot)
@@ -247,23 +235,6 @@ def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, 
     w.controller.update_settings(max_tokens=40)
     reply = send(qtbot, w, "write code")
     assert reply.finished and {t.source for t in reply.tokens} <= set(TokenSource)
-
-
-def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
-    install_tiny(tiny, isolated_home, max_tokens=3000)
-    w = open_window(qtbot)
-    gate, hold = hold_after_first_token(w)
-    w.input.setPlainText(PROMPT)
-    qtbot.keyClick(w.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: len(marks(w)) > 0, timeout=REPLY_TIMEOUT_MS)
-    threading.Timer(0.2, gate.set).start()  # released while close() waits for the engine thread
-    w.close()
-    gate.set()
-
-    w2 = open_window(qtbot)
-    reply = w2.controller.messages[-1]
-    assert reply.finish_reason == FinishReason.CANCELLED and reply.stats is not None and not reply.error
-    assert "(stopped)" in w2.chat.toPlainText()
 
 
 def test_conversations_new_rename_search_delete(qtbot, tiny, isolated_home, monkeypatch):

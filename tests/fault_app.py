@@ -1,0 +1,83 @@
+"""A real Draftlight process for the fault tests, with a hook per mode (run by the tests; not a test).
+
+    python tests/fault_app.py hold-load   the engine thread is held inside the model load
+    python tests/fault_app.py chat        sends a message, and the next when each reply ends
+
+It runs app.main.main() unchanged and reports on stdout, one line per fact, flushed at once:
+`loading`, `added ID ROLE JSON-TEXT`, `shown ID N` (the reply on screen has N tokens, so they are
+already committed), `finished ID REASON JSON-TEXT`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import Qt, QTimer  # noqa: E402
+
+PROMPTS = ("the model is fast", "write code", "speculative decoding is fast", "tell me about the draft model")
+
+
+def say(*parts) -> None:
+    print(*parts, flush=True)
+
+
+def hold_load(window) -> None:
+    forever = threading.Event()
+
+    def stuck(_which, _fraction) -> None:  # on the engine thread, inside llama.cpp's load
+        say("loading")
+        forever.wait(600)
+
+    window.controller.worker.sig_load_progress.connect(stuck, Qt.ConnectionType.DirectConnection)
+
+
+def chat(window) -> None:
+    c = window.controller
+    sent = [0]
+
+    def send_next() -> None:
+        text = f"{PROMPTS[sent[0] % len(PROMPTS)]} ({os.getpid()}-{sent[0]})"
+        sent[0] += 1
+        window._send(text)  # what Enter does
+
+    def loaded(_info) -> None:
+        if not c.busy and sent[0] == 0:
+            send_next()
+
+    c.sig_loaded.connect(loaded)
+    c.sig_message_added.connect(lambda m: say("added", m.id, m.role.value, json.dumps(m.content)))
+    c.sig_tokens.connect(lambda m, _tokens: say("shown", m.id, len(m.tokens)))
+
+    def finished(m) -> None:
+        say("finished", m.id, m.finish_reason.value, json.dumps(m.text))
+        QTimer.singleShot(0, send_next)
+
+    c.sig_reply_finished.connect(finished)
+
+
+MODES = {"hold-load": hold_load, "chat": chat}
+
+
+def run(mode: str) -> int:
+    import app.window as window_module
+    from app.main import main
+
+    hook = MODES[mode]
+    build = window_module.MainWindow.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        build(self, *args, **kwargs)
+        hook(self)
+
+    window_module.MainWindow.__init__ = init
+    return main([])
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1]))

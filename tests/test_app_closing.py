@@ -1,0 +1,125 @@
+"""Closing is always quick: mid-reply, during a model load llama.cpp cannot interrupt, and as a real process."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from PySide6.QtCore import Qt  # noqa: E402
+from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks,  # noqa: E402
+                              open_window)
+
+from app.controller import engine_threads_running  # noqa: E402
+from engine.decoding.events import FinishReason, TokenEvent  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=3000)
+    w = open_window(qtbot)
+    session = w.controller.worker._session
+
+    def slow_round(_rid, event):  # a round that ends only when Stop is asked for
+        if isinstance(event, TokenEvent) and event.index == 0:
+            session.stop_event.wait(20)
+
+    w.controller.worker.sig_event.connect(slow_round, Qt.ConnectionType.DirectConnection)
+    w.input.setPlainText(PROMPT)
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(marks(w)) > 0, timeout=REPLY_TIMEOUT_MS)
+    shown = [t for t, _ in marks(w)]
+    w.close()
+
+    w2 = open_window(qtbot)
+    reply = w2.controller.messages[-1]
+    assert reply.finish_reason == FinishReason.CANCELLED and "interrupted" not in reply.error
+    assert [t for t, _ in marks(w2)][: len(shown)] == shown
+    assert "(stopped" in w2.chat.toPlainText()
+
+
+def test_closing_during_a_load_does_not_wait_for_it_and_the_models_are_freed_after(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home)
+    from app.window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    worker, thread = w.controller.worker, w.controller.thread
+    inside, gate = threading.Event(), threading.Event()
+
+    def stuck(_which, _fraction):  # llama.cpp's load progress callback: the engine thread is inside the load
+        inside.set()
+        gate.wait(120)
+
+    worker.sig_load_progress.connect(stuck, Qt.ConnectionType.DirectConnection)
+    try:
+        w.show()
+        qtbot.waitUntil(inside.is_set, timeout=LOAD_TIMEOUT_MS)
+        w.close()
+        # close() returned while the load is still held: it did not wait for it.
+        assert not gate.is_set() and not w.isVisible()
+        assert thread.isRunning() and engine_threads_running()
+    finally:
+        gate.set()
+    qtbot.waitUntil(thread.isFinished, timeout=LOAD_TIMEOUT_MS)
+    assert not worker.holds_models  # the load finished after the window closed, and freed its models
+    assert not engine_threads_running()
+    w2 = open_window(qtbot)  # the history and settings were closed properly
+    assert w2.controller.store.notice is None
+
+
+def test_closing_while_the_engine_is_stuck_mid_reply_keeps_what_was_shown(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=3000)
+    w = open_window(qtbot)
+    worker, thread = w.controller.worker, w.controller.thread
+    gate = threading.Event()
+
+    def stuck(_rid, event):  # a prompt read (or a round) that Stop cannot cut short
+        if isinstance(event, TokenEvent) and event.index == 3:
+            gate.wait(120)
+
+    worker.sig_event.connect(stuck, Qt.ConnectionType.DirectConnection)
+    try:
+        w.input.setPlainText(PROMPT)
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: len(marks(w)) >= 3, timeout=REPLY_TIMEOUT_MS)
+        shown = [t for t, _ in marks(w)]
+        w.close()
+        assert not gate.is_set() and thread.isRunning()
+        w2 = open_window(qtbot)
+        reply = w2.controller.messages[-1]
+        assert reply.finish_reason == FinishReason.CANCELLED and "app was closed" in reply.error
+        assert [t for t, _ in marks(w2)][: len(shown)] == shown
+    finally:
+        gate.set()
+    qtbot.waitUntil(thread.isFinished, timeout=REPLY_TIMEOUT_MS)
+    assert not worker.holds_models
+
+
+def test_the_app_process_exits_when_closed_during_a_load(tiny, isolated_home):
+    """TERM to a real app process whose engine thread is stuck in a load: it saves, closes and exits."""
+    install_tiny(tiny, isolated_home)
+    env = dict(os.environ, DRAFTLIGHT_HOME=str(isolated_home), QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, str(HERE / "fault_app.py"), "hold-load"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE.parent)
+    try:
+        for line in proc.stdout:
+            if line.startswith("loading"):
+                break
+        else:
+            raise AssertionError(f"the app ended before loading: {proc.wait()} {proc.stderr.read()}")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)  # the held load would last 10 minutes
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 0, err
+    assert "Traceback" not in err and "QThread: Destroyed" not in err
