@@ -132,6 +132,8 @@ def reason(exc: BaseException) -> str:
         return "it is read-only (check the permissions of the file and its folder)"
     if name == "SQLITE_FULL" or "disk is full" in str(exc):
         return "the disk is full"
+    if name in ("SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE"):
+        return "the disk refused the write (it may be full, or the file over a size limit)"
     if name.startswith("SQLITE_IOERR"):
         return f"the disk reported an input/output error ({exc})"
     if name.startswith("SQLITE_CANTOPEN"):

@@ -1,0 +1,257 @@
+"""The history under faults, with real processes: locks, a newer schema, a crash mid-upgrade, a full disk.
+
+Only a file SQLite itself calls corrupt is set aside; everything else leaves the file untouched
+and says what happened.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+
+from app.records import Role  # noqa: E402
+from app.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
+
+HERE = Path(__file__).parent
+SCHEMA_1 = """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO meta VALUES ('schema', '1');
+    CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
+    CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, role TEXT NOT NULL,
+        content TEXT NOT NULL DEFAULT '', created REAL NOT NULL, target TEXT NOT NULL DEFAULT '',
+        drafter TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', finish_reason TEXT, stats TEXT,
+        error TEXT NOT NULL DEFAULT '');
+    CREATE TABLE rounds (message_id INTEGER NOT NULL, round INTEGER NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (message_id, round));
+    CREATE TABLE tokens (message_id INTEGER NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
+        token_id INTEGER NOT NULL, source TEXT NOT NULL, round INTEGER NOT NULL, p REAL, q REAL,
+        PRIMARY KEY (message_id, idx));
+    INSERT INTO conversations VALUES (1, 'old chat', 0, 0);
+    INSERT INTO messages (id, conversation_id, role, content, created) VALUES (1, 1, 'user', 'hi', 0);
+    INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
+    INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
+"""
+
+
+def make_history() -> list[tuple[str, str]]:
+    """Two chats written by the store itself; returns (title, user text) of each."""
+    store = ChatStore()
+    chats = [("first chat", "hello there"), ("second chat", "write code")]
+    for title, text in chats:
+        conv = store.new_conversation(title)
+        store.add_message(conv.id, Role.USER, text)
+        store.add_message(conv.id, Role.ASSISTANT, f"answer to {text}")
+    store.close()  # the last connection: the WAL is checkpointed into the file
+    return chats
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def set_aside_files() -> list[Path]:
+    return [p for p in database_path().parent.iterdir() if ".damaged" in p.name]
+
+
+def titles(store: ChatStore) -> set[str]:
+    return {c.title for c in store.conversations()}
+
+
+class Holder:
+    """A second process holding the database (fault_store.py hold-*) until released."""
+
+    def __init__(self, mode: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "fault_store.py"), mode, str(database_path())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE.parent)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "held", line
+
+    def release(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def holders():
+    made: list[Holder] = []
+    yield lambda mode: made.append(Holder(mode)) or made[-1]
+    for h in made:
+        if h.proc.poll() is None:
+            h.proc.kill()
+            h.proc.wait()
+
+
+def test_another_process_writing_leaves_the_history_in_place_and_a_write_says_why(holders):
+    chats = make_history()
+    holder = holders("hold-write")
+    store = ChatStore()
+    assert store.mode == StoreMode.WRITABLE and store.notice is None
+    assert titles(store) == {t for t, _ in chats}  # reads go on beside the other writer
+    conv = store.conversations()[0]
+    with pytest.raises(StoreError, match="locked by another program"):
+        store.add_message(conv.id, Role.USER, "while locked")
+    holder.release()
+    store.add_message(conv.id, Role.USER, "after the lock")  # the same store writes again
+    assert [m.content for m in store.messages(conv.id)][-1] == "after the lock"
+    store.close()
+    assert set_aside_files() == []
+
+
+def test_a_database_held_exclusively_is_left_alone_and_the_window_works_in_memory(qtbot, tiny, isolated_home, holders):
+    chats = make_history()
+    before = digest(database_path())
+    install_tiny(tiny, isolated_home, max_tokens=20)
+    holder = holders("hold-exclusive")
+    from app.window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    assert w.controller.store.mode == StoreMode.MEMORY
+    text = w.notice.text()
+    assert "locked by another program" in text and "Nothing in it was changed" in text and "not be saved" in text
+    assert w.conversations.list.count() == 0
+    qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=REPLY_TIMEOUT_MS)
+    reply = send(qtbot, w, "hello in memory")  # chatting still works, unsaved
+    assert reply.finished and reply.tokens
+    w.close()
+    holder.release()
+    assert digest(database_path()) == before and set_aside_files() == []
+    store = ChatStore()
+    assert store.mode == StoreMode.WRITABLE and titles(store) == {t for t, _ in chats}
+    store.close()
+
+
+def test_a_newer_schema_is_opened_read_only_and_never_changed(qtbot, tiny, isolated_home):
+    chats = make_history()
+    db = sqlite3.connect(database_path(), isolation_level=None)
+    db.execute("PRAGMA journal_mode=DELETE")  # so that any write by this version would show in the file
+    db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION + 1),))
+    db.execute("CREATE TABLE attachments (id INTEGER PRIMARY KEY, message_id INTEGER, data BLOB)")
+    db.close()
+    before = digest(database_path())
+    install_tiny(tiny, isolated_home, max_tokens=20)
+    w = open_window(qtbot)
+    assert w.controller.store.mode == StoreMode.READ_ONLY
+    assert "newer version of Draftlight" in w.notice.text() and "read-only" in w.notice.text()
+    lst = w.conversations.list
+    assert sorted(lst.item(i).text() for i in range(lst.count())) == sorted(t for t, _ in chats)
+    assert w.controller.messages and w.controller.messages[0].content in {u for _, u in chats}
+    w.input.setPlainText("a new message")
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    assert "read-only" in w.notice.text() and w.input.toPlainText() == "a new message"
+    assert not w.controller.busy
+    w.close()
+    assert digest(database_path()) == before and set_aside_files() == []
+    assert not database_path().with_name(database_path().name + "-wal").exists()
+
+
+def test_a_crash_between_the_upgrades_steps_leaves_the_old_file_which_upgrades_next_time():
+    path = database_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA_1)
+    old.commit()
+    old.close()
+    crash = subprocess.run([sys.executable, str(HERE / "fault_store.py"), "crash-migration", str(path)],
+                           capture_output=True, text=True, cwd=HERE.parent, timeout=120)
+    assert crash.returncode == -9 and "killing" in crash.stdout, crash.stderr
+    # The first ALTER ran, then the process died: the transaction never committed.
+    db = sqlite3.connect(path)
+    columns = [r[1] for r in db.execute("PRAGMA table_info(tokens)")]
+    assert "runner_up" not in columns and db.execute("SELECT value FROM meta").fetchone() == ("1",)
+    db.close()
+    store = ChatStore()
+    assert store.notice is None and store.mode == StoreMode.WRITABLE
+    reply = store.messages(1)[1]
+    assert [t.text for t in reply.tokens] == ["yo"] and reply.text == "yo"
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(SCHEMA_VERSION)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert set_aside_files() == []
+
+
+def test_a_full_disk_refuses_the_write_with_a_message_and_keeps_everything_before():
+    chats = make_history()
+    run = subprocess.run([sys.executable, str(HERE / "fault_store.py"), "fill-disk", str(database_path())],
+                         capture_output=True, text=True, cwd=HERE.parent, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["error"] and "refused the write" in result["error"], result["error"]
+    assert result["saved"], "the limit left no room for a single message: nothing was tested"
+    db = sqlite3.connect(database_path())
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    got = dict(db.execute("SELECT id, content FROM messages"))
+    for mid, text in result["saved"]:  # every write that was reported saved is there
+        assert got.get(mid) == text
+    assert len(got) == 2 * len(chats) + len(result["saved"])  # and the refused one left nothing behind
+    assert {r[0] for r in db.execute("SELECT title FROM conversations")} == {t for t, _ in chats}
+    db.close()
+    assert set_aside_files() == []
+
+
+def test_damage_found_after_start_up_becomes_a_message_not_a_traceback(qtbot, tiny, isolated_home):
+    make_history()
+    install_tiny(tiny, isolated_home, max_tokens=20)
+    w = open_window(qtbot)
+    first = w.controller.current_id
+    other = next(c.id for c in w.controller.store.conversations() if c.id != first)
+    # The disk damages the pages of the chat list and the messages under the running app; another
+    # writer's commit makes the app read the file again instead of its cache.
+    path = database_path()
+    probe = sqlite3.connect(path)
+    page = probe.execute("PRAGMA page_size").fetchone()[0]
+    roots = [r for (r,) in probe.execute("SELECT rootpage FROM sqlite_master WHERE name IN ('conversations', 'messages')")]
+    probe.close()
+    data = bytearray(path.read_bytes())
+    for root in roots:
+        for i in range((root - 1) * page, root * page):
+            data[i] ^= 0x5A
+    with open(path, "r+b") as fh:
+        fh.write(data)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("INSERT OR REPLACE INTO meta VALUES ('touched', '1')")
+    writer.close()
+    w.conversations.search.setText("chat")  # reads the list: pytest-qt fails the test on any exception in a slot
+    qtbot.waitUntil(lambda: "Could not read the conversation history" in w.notice.text(), timeout=REPLY_TIMEOUT_MS)
+    assert "malformed" in w.notice.text() and "Restart Draftlight" in w.notice.text()
+    w.notice.hide()
+    w.controller.open_conversation(other)
+    assert "Could not read" in w.notice.text() and w.controller.current_id == first
+    w.notice.hide()
+    w.input.setPlainText("after the damage")
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    assert "Could not save" in w.notice.text() and w.input.toPlainText() == "after the damage"
+    assert not w.controller.busy
+    w.close()
+    w2 = open_window(qtbot)  # the next start finds the damage and sets the file aside, with a message
+    assert "damaged" in w2.notice.text() and len(set_aside_files()) == 1
+
+
+def test_only_a_file_sqlite_calls_damaged_is_set_aside():
+    make_history()
+    path = database_path()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for i in range(page + 16, min(len(data), 3 * page)):  # scramble the second and third pages
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    store = ChatStore()
+    assert store.mode == StoreMode.WRITABLE and "damaged" in store.notice
+    assert store.conversations() == []
+    kept = set_aside_files()
+    assert len(kept) == 1 and kept[0].read_bytes() == bytes(data)
+    store.close()
