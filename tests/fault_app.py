@@ -1,7 +1,14 @@
 """A real Draftlight process for the fault tests, with a hook per mode (run by the tests; not a test).
 
     python tests/fault_app.py hold-load   the engine thread is held inside the model load
-    python tests/fault_app.py chat        sends a message, and the next when each reply ends
+    python tests/fault_app.py chat        starts a new chat and sends a message, the next when each reply ends
+    python tests/fault_app.py zygote      imports the app once, then per stdin line `MODE FIFO`
+                                          forks a fresh app process whose stdout is FIFO, prints
+                                          `pid N`, and `exit STATUS` once it has ended
+
+The zygote makes many short-lived app processes cheap (the imports take most of a start): each
+child is a real process that builds its own QApplication, window, engine thread and database
+connection; the zygote itself never starts Qt or a thread, so forking it is safe.
 
 It runs app.main.main() unchanged and reports on stdout, one line per fact, flushed at once:
 `loading`, `added ID ROLE JSON-TEXT`, `shown ID N` (the reply on screen has N tokens, so they are
@@ -48,6 +55,7 @@ def chat(window) -> None:
 
     def loaded(_info) -> None:
         if not c.busy and sent[0] == 0:
+            c.new_conversation()  # a run's own chat: the prompt stays short however many runs came before
             send_next()
 
     c.sig_loaded.connect(loaded)
@@ -79,5 +87,33 @@ def run(mode: str) -> int:
     return main([])
 
 
+def zygote() -> None:
+    import app.main  # noqa: F401 - everything a start imports, paid once
+    import app.window  # noqa: F401
+    import engine.decoding.session  # noqa: F401
+
+    for command in sys.stdin:
+        mode, fifo = command.split()
+        pid = os.fork()
+        if pid == 0:
+            out = os.open(fifo, os.O_WRONLY)
+            os.dup2(out, 1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            try:
+                code = run(mode)
+            finally:
+                sys.stdout.flush()
+            os._exit(code)
+        say("pid", pid)
+        _, status = os.waitpid(pid, 0)
+        say("exit", status)
+
+
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1]))
+    if sys.argv[1] == "zygote":
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS threads in the process that forks
+        zygote()
+    else:
+        sys.exit(run(sys.argv[1]))
