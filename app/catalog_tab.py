@@ -1,4 +1,8 @@
-"""Get models: the offline default pair, and the catalog of recommended pairs with download progress."""
+"""Get models: the default pair, and the catalog of recommended pairs with download progress.
+
+The default pair installs from its model packages when they are on this computer (a development
+install), and otherwise downloads from Hugging Face: an installed app never ships those packages.
+"""
 from __future__ import annotations
 
 import html
@@ -95,16 +99,21 @@ class CatalogTab(QWidget):
         super().__init__(parent)
         self.controller = controller
         lay = QVBoxLayout(self)
-        box = QGroupBox("Offline default pair")
+        from .first_run import offline_pair_available
+
+        self.offline = offline_pair_available()
+        box = QGroupBox("Default pair")
         bl = QVBoxLayout(box)
-        text = QLabel("Qwen2.5-Coder 1.5B Instruct (target) with its 0.5B sibling (drafter), 1.6 GB, Apache-2.0. "
-                      "Installed from Python packages already on this computer: no internet needed.")
+        source = ("Installed from the model packages already on this computer: no internet needed." if self.offline
+                  else "Downloaded from Hugging Face; an interrupted download resumes.")
+        text = QLabel(f"Qwen2.5-Coder 1.5B Instruct (target) with its 0.5B sibling (drafter), 1.6 GB, Apache-2.0. {source}")
         text.setWordWrap(True)
         bl.addWidget(text)
         row = QHBoxLayout()
         self.default_status = QLabel("looking…")
         self._default_paths = None
-        self.default_button = QPushButton("Install the default pair")
+        self._get_default = "Install the default pair" if self.offline else "Download the default pair"
+        self.default_button = QPushButton(self._get_default)
         self.default_button.setObjectName("install_default")
         row.addWidget(self.default_status, 1)
         row.addWidget(self.default_button)
@@ -134,7 +143,11 @@ class CatalogTab(QWidget):
         self.default_button.clicked.connect(self._install_default)
         controller.sig_models.connect(self._default_state)
         self._default_state()
-        running = controller.tasks.get("install-default")
+        from .first_run import default_catalog_pair
+
+        default = default_catalog_pair()
+        running = controller.tasks.get("install-default") or (
+            controller.tasks.get(f"download:{default.id}") if default is not None else None)
         if running is not None:
             self.default_row.follow(running)
             running.sig_finished.connect(self._default_state)
@@ -152,7 +165,7 @@ class CatalogTab(QWidget):
 
     def _show_default(self, found) -> None:
         self.default_status.setText("✓ installed" if found else "not installed")
-        self.default_button.setText("Use the default pair" if found else "Install the default pair")
+        self.default_button.setText("Use the default pair" if found else self._get_default)
         self._default_paths = found
 
     def _install_default(self) -> None:
@@ -160,8 +173,12 @@ class CatalogTab(QWidget):
             t, d = self._default_paths
             self.controller.update_settings(target=str(t), drafter=str(d))
             return
-        from .model_jobs import default_pair_task
+        from .first_run import default_pair_task
 
-        task = self.controller.start_task(default_pair_task(), use_pair=True)
+        task = default_pair_task()
+        if task is None:
+            self.default_status.setText("the catalog names no default pair")
+            return
+        task = self.controller.start_task(task, use_pair=True)
         self.default_row.follow(task)
         task.sig_finished.connect(self._default_state)

@@ -128,7 +128,7 @@ class ChatController(QObject):
     sig_settings = Signal(object)
     """The settings changed (AppSettings)."""
     sig_no_models = Signal()
-    """No model is installed and none was ever chosen: offer the default pair."""
+    """No model is installed and none is chosen: offer the ways to get one."""
     sig_loaded = Signal(object)
     """A pair finished loading (LoadedInfo)."""
     sig_task_started = Signal(object)
@@ -298,8 +298,7 @@ class ChatController(QObject):
             self.sig_models.emit(self.models, self.settings.target)
             if not self.models and not self.settings.target:
                 self.sig_load_state.emit("No model installed", -1)
-                if not self.settings.first_run_done:
-                    self.sig_no_models.emit()
+                self.sig_no_models.emit()
                 return
             self.refresh_drafters(then_load=then_load)
 

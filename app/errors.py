@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError, ModelLoadError
+from engine.models.default_pair import DefaultPairMissing
 
 
 class Action(str, Enum):
@@ -47,6 +48,13 @@ def is_out_of_memory(text: str) -> bool:
 def explain(exc: BaseException) -> Notice:
     """A notice for an exception raised by the engine (or by the system underneath it)."""
     msg = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, DefaultPairMissing):  # the window never asks for a command line
+        return Notice(
+            "The default pair's model packages are not part of this installation. Download the pair instead "
+            "(Models… › Get models), or import GGUF files you already have.",
+            Level.WARNING,
+            Action.OPEN_MODELS,
+        )
     if isinstance(exc, ModelFileError):
         return Notice(
             f"The model file cannot be used: {msg}. Download it again or import another file in Models….",

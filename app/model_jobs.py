@@ -5,13 +5,9 @@ import os
 import threading
 from pathlib import Path
 
-from engine.models import catalog
+from engine.errors import EngineError
+from engine.models import catalog, default_pair, download, modelstore
 
-from engine.models import default_pair
-
-from engine.models import download
-
-from engine.models import modelstore
 from .tasks import Report, Task, rate_detail
 
 
@@ -44,6 +40,58 @@ def import_task(src: Path, copy: bool = True) -> Task:
         return modelstore.import_model(src, copy=copy, progress=progress)
 
     return Task(f"import:{src}", f"Importing {src.name}", job)
+
+
+class ImportedPair(tuple):
+    """(target, drafter) chosen among imported files; `problems` names the files that were refused."""
+
+    problems: tuple[str, ...] = ()
+
+
+class ImportCancelled(EngineError):
+    """Importing several files was cancelled; the files imported before stay."""
+
+
+def import_many_task(sources: list[Path], copy: bool = True) -> Task:
+    """Import several GGUF files (a selection, or a folder's); the result is the pair they make:
+    the largest as target, the smallest compatible as drafter (else prompt lookup)."""
+    sources = sorted(sources)
+
+    def job(report: Report, cancel: threading.Event) -> ImportedPair:
+        imported, problems = [], []
+        for i, src in enumerate(sources):
+            if cancel.is_set():
+                raise ImportCancelled("importing was cancelled")
+
+            def progress(done: int, total: int, i: int = i, src: Path = src) -> None:
+                report(src.name, (i + (done / total if total else 0)) / len(sources), f"file {i + 1} of {len(sources)}")
+
+            try:
+                imported.append(modelstore.import_model(src, copy=copy, progress=progress).path)
+            except EngineError as exc:
+                problems.append(f"{src.name}: {exc}")
+        if not imported:
+            raise EngineError("no usable GGUF model among the files: " + "; ".join(problems) if problems
+                              else "no .gguf files were found")
+        pair = ImportedPair(_pair_of(imported))
+        pair.problems = tuple(problems)
+        return pair
+
+    what = f"{len(sources)} files" if len(sources) != 1 else sources[0].name
+    verb = "Importing" if copy else "Adding"
+    return Task(f"import-many:{sources[0] if sources else ''}", f"{verb} {what}", job, (ImportCancelled,))
+
+
+def _pair_of(paths: list[Path]) -> tuple[Path, str]:
+    from .model_scan import drafter_options, list_models
+
+    entries = [e for e in list_models(paths)[0] if e.path.resolve() in {p.resolve() for p in paths}]
+    target = entries[0]  # largest first
+    # Compatible ones, the warning-free first (a drafter too close in size to the target still works,
+    # and the person chose these files); prompt lookup when none can pair.
+    options = sorted((o for o in drafter_options(target.path, entries[1:]) if o.compatible),
+                     key=lambda o: bool(o.warning))
+    return target.path, (str(options[0].model.path) if options else "lookup")
 
 
 def catalog_installed(pair: catalog.CatalogPair) -> tuple[Path | None, Path | None]:

@@ -1,4 +1,4 @@
-"""Models…: what is installed and what pairs with what, the catalog, the offline default pair, hardware."""
+"""Models…: what is installed and what pairs with what, the catalog, the default pair, hardware."""
 from __future__ import annotations
 
 import html
@@ -168,7 +168,7 @@ class InstalledTab(QWidget):
 
 
 class ModelsDialog(QDialog):
-    """Tabs: Installed · Catalog (with the offline default pair) · Hardware."""
+    """Tabs: Installed · Catalog (with the default pair) · Hardware."""
 
     def __init__(self, controller: ChatController, parent: QWidget | None = None, tab: str = "") -> None:
         super().__init__(parent)

@@ -27,6 +27,7 @@ from .controller import ChatController
 from .conversation_list import ConversationList
 from .errors import Action, Level, Notice
 from .export import write_markdown, write_trace
+from .first_run import FirstRunPanel
 from .input_box import InputBox
 from .legend import Legend
 from .model_bar import ModelBar
@@ -102,12 +103,15 @@ class MainWindow(QMainWindow):
         self.stop_button.setObjectName("stop")
         self.stop_button.setEnabled(False)
         self.stats = StatsPanel()
+        self.first_run = FirstRunPanel(self.controller)
+        self.first_run.hide()
 
         centre = QWidget()
         cl = QVBoxLayout(centre)
         cl.setContentsMargins(6, 0, 6, 0)
         cl.addWidget(self.bar)
         cl.addWidget(self.notice)
+        cl.addWidget(self.first_run, 1)
         cl.addWidget(self.chat, 1)
         cl.addWidget(self.legend)
         row = QHBoxLayout()
@@ -153,6 +157,7 @@ class MainWindow(QMainWindow):
         c.sig_input_restore.connect(self._restore_input)
         c.sig_load_state.connect(self._load_state)
         c.sig_models.connect(self.bar.set_models)
+        c.sig_models.connect(self._models_listed)
         c.sig_drafters.connect(self.bar.set_drafters)
         c.sig_settings.connect(self._apply_settings)
         c.sig_no_models.connect(self._first_run)
@@ -174,6 +179,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setToolTip("Stop the reply (Esc)")
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=c.stop)
         self.notice.sig_action.connect(self._notice_action)
+        self.first_run.sig_open_models.connect(self.open_models)
         self.act_new.triggered.connect(c.new_conversation)
         self.act_models.triggered.connect(self.open_models)
         self.act_compare.triggered.connect(self.open_compare)
@@ -237,10 +243,17 @@ class MainWindow(QMainWindow):
             self.controller.new_conversation()
 
     def _first_run(self) -> None:
-        self.notice.show_notice(Notice("No model is installed yet. Open Models… to install the default pair "
-                                       "(works offline), download one from the catalog, or import a GGUF file.",
-                                       Level.INFO, Action.OPEN_MODELS))
+        """No model is installed: the ways to get one take the chat's place until one is."""
+        self.chat.hide()
+        self.legend.hide()
+        self.first_run.show()
         self.controller.update_settings(first_run_done=True)
+
+    def _models_listed(self, models, target: str) -> None:
+        if (models or target) and self.first_run.isVisible():
+            self.first_run.hide()
+            self.chat.show()
+            self.legend.show()
 
     # -- dialogs ------------------------------------------------------------------------------
     def open_models(self) -> None:

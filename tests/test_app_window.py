@@ -263,20 +263,6 @@ def test_conversations_new_rename_search_delete(qtbot, tiny, isolated_home, monk
     assert w.controller.messages[0].content == "write code"  # the remaining chat is open
 
 
-def test_first_run_without_models_offers_the_default_pair(qtbot, isolated_home):
-    from app.window import MainWindow
-
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: "No model is installed" in w.notice.text(), timeout=REPLY_TIMEOUT_MS)
-    assert "default pair" in w.notice.text() and w.notice.action_button.text() == "Open Models…"
-    assert w.controller.settings.first_run_done
-    w.input.setPlainText("hi")
-    qtbot.keyClick(w.input, Qt.Key.Key_Return)
-    assert "Choose a target model first" in w.notice.text() and w.input.toPlainText() == "hi"
-
-
 def test_a_message_too_long_for_the_context_says_what_to_do_and_keeps_the_text(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, n_ctx=256, max_tokens=32)
     w = open_window(qtbot)

@@ -12,6 +12,7 @@ import hashlib
 import importlib
 import os
 import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -97,6 +98,11 @@ def part_paths(model: PartedModel) -> list[Path]:
         except (ImportError, AttributeError):
             missing.append(model.requirement(i))
     if missing:
+        if getattr(sys, "frozen", False):  # an installed app: no Python packages to add, ever
+            raise DefaultPairMissing(
+                f"the offline default pair is not part of this installation ({model.filename}); download it "
+                "in Models… › Get models, or import GGUF files you already have"
+            )
         what = missing[0] if len(missing) == 1 else f"{len(missing)} packages such as {missing[0]}"
         raise DefaultPairMissing(
             f"the offline default pair is not installed ({model.filename}: missing {what}); "
