@@ -7,6 +7,7 @@ import pytest
 from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.policy import DraftRequest
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
 
@@ -262,9 +263,9 @@ def test_lookup_drafter_continues_the_latest_longest_match():
     ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
     d.begin(ctx[:5])
     # "2 3" ends the context and occurs twice; "1 2 3" once, at the start: the longest match wins.
-    assert d.propose(ctx, 3, SamplingParams(), rng).tokens == [4, 5, 9]
-    assert d.propose(ctx + [6, 2, 3], 2, SamplingParams(), rng).tokens == [6, 2]  # the most recent "2 3"
-    assert d.propose([5, 6, 7], 4, SamplingParams(), rng).tokens == []  # a new context: index rebuilt
+    assert d.propose(ctx, DraftRequest(lookup_k=3), SamplingParams(), rng).tokens == [4, 5, 9]
+    assert d.propose(ctx + [6, 2, 3], DraftRequest(lookup_k=2), SamplingParams(), rng).tokens == [6, 2]  # the most recent "2 3"
+    assert d.propose([5, 6, 7], DraftRequest(lookup_k=4), SamplingParams(), rng).tokens == []  # a new context: index rebuilt
 
 
 def test_lookup_drafter_is_exact_and_finds_repeats(tiny, plain):

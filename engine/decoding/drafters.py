@@ -1,20 +1,35 @@
 """Drafters: whatever proposes the next few tokens for the target to check.
 
-A drafter is a small interface: `propose` up to k tokens after the accepted context, then
-`commit` the context the target accepted. How many tokens to ask for is the policy's job
-(engine.decoding.policy), not the drafter's.
+A drafter is a small interface: `propose` a draft after the accepted context (as much as the
+policy's request allows, pruned by the policy), then `commit` the context the target accepted.
+How many tokens to ask for is the policy's job (engine.decoding.policy), not the drafter's; what
+is special about a kind of drafter (lookup proposes for free, a model must catch up first) stays
+inside it.
 """
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from engine.decoding.llama_backend import LlamaModel
+from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
+
+#: The policy's say over a proposed draft: how many of its tokens to verify.
+Prune = Callable[[DraftKey, int], int]
+
+
+#: Unread tokens up to this many are read with the first draft step rather than as a catch-up.
+CATCHUP_MIN = 2
+
+
+def keep_all(key: DraftKey, proposed: int) -> int:
+    return proposed
 
 
 @dataclass(slots=True)
@@ -28,14 +43,23 @@ class Draft:
     q_probs: list[float | None] = field(default_factory=list)
     """Drafter's probability of each proposed token, for display."""
     seconds: float = 0.0
-    """Wall time spent drafting."""
-    source: str = "none"
-    """Which drafter produced it."""
-    key: str = "model"
-    """Kind of draft, for the policy's acceptance estimates ("model", "lookup:N" for an N-token match)."""
+    """Wall time spent drafting proper (one drafter step per token), catch-up excluded."""
+    key: DraftKey = DraftKey(DraftKind.NONE)
+    """Kind of draft, for the policy's acceptance estimates."""
+    asked: int = 0
+    """Draft length the policy asked of the drafter that proposed it."""
+    catchup_s: float = 0.0
+    """Wall time the drafter spent reading tokens it had not seen yet."""
+    catchup_tokens: int = 0
+    """How many tokens that was."""
+
+    @property
+    def kind(self) -> DraftKind:
+        return self.key.kind if self.tokens else DraftKind.NONE
 
     def truncated(self, n: int) -> "Draft":
-        return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.source, self.key)
+        return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.key, self.asked,
+                     self.catchup_s, self.catchup_tokens)
 
 
 class Drafter(ABC):
@@ -49,9 +73,13 @@ class Drafter(ABC):
         """A new reply starts from `context` (prompt tokens)."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                lookup_k: int | None = None) -> Draft:
-        """Up to k tokens that might follow `context` (a lookup drafter may propose up to lookup_k)."""
+    def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
+                rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
+        """A draft that might follow `context`, within `request`, pruned by `prune`."""
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens of `context` a model drafter would have to read before drafting."""
+        return 0
 
     def commit(self, context: Sequence[int]) -> None:
         """The target accepted `context`: drop anything that went past it."""
@@ -69,10 +97,16 @@ class ModelDrafter(Drafter):
 
     uses_model = True
 
-    def __init__(self, model: LlamaModel, p_min: float = 0.0) -> None:
+    def __init__(self, model: LlamaModel, p_min: float = 0.0, target_vocab: int | None = None,
+                 is_eog: Callable[[int], bool] | None = None) -> None:
         self.model = model
         self.p_min = p_min  # confidence cut-off: stop drafting below this top probability
         self.name = "model"
+        # Pairing allows vocabularies that differ by up to 128 ids: the target can never produce
+        # the drafter's extra ones, so a draft ends before one (exact: that position is then
+        # sampled from the target's own distribution).
+        self.target_vocab = target_vocab or model.n_vocab
+        self.is_eog = is_eog or model.is_eog
 
     @property
     def passes(self) -> int:
@@ -84,18 +118,36 @@ class ModelDrafter(Drafter):
         if have < len(context) - 1:
             self.model.decode(context[have:-1], "none")
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                lookup_k: int | None = None) -> Draft:
-        t0 = time.perf_counter()
-        draft = Draft(source=self.name)
-        if k <= 0:
-            return draft
+    def behind(self, context: Sequence[int]) -> int:
+        return len(context) - self.model.common_prefix(context)
+
+    def _catch_up(self, context: Sequence[int], draft: Draft) -> list[int]:
+        """Bring the cache to context[:-1] plus whatever the first draft step should read with the
+        last token. A real backlog (after plain or lookup rounds) is read in one batch and timed
+        apart; the usual one or two tokens (the correction or bonus, and the last draft token after
+        a full accept) go with the first draft step, as they do in steady state."""
         m = self.model
         have = m.sync(context)
         if have == len(context):  # it already read everything: re-read the last token for its logits
             m.truncate(have - 1)
             have -= 1
-        row = m.decode(context[have:], "last")[0]
+        if len(context) - have > CATCHUP_MIN:
+            t0 = time.perf_counter()
+            m.decode(context[have:-1], "none")
+            draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, len(context) - 1 - have
+            have = len(context) - 1
+        return list(context[have:])
+
+    def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
+                rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
+        k = request.model_k
+        draft = Draft(key=MODEL_KEY, asked=k)
+        if k <= 0:
+            return draft
+        m = self.model
+        unread = self._catch_up(context, draft)
+        t0 = time.perf_counter()
+        row = m.decode(unread, "last")[0]
         for i in range(k):
             if params.greedy:
                 tok, prob = top_prob(row)
@@ -108,13 +160,14 @@ class ModelDrafter(Drafter):
                     break
                 tok = dist.sample(rng)
                 prob = dist.prob(tok)
+            if tok >= self.target_vocab:
+                break
             draft.tokens.append(tok)
             draft.q.append(dist)
             draft.q_probs.append(prob)
-            if i + 1 < k and len(m.kv) < m.n_ctx:
-                row = m.decode([tok], "last")[0]
-            else:
-                break
+            if self.is_eog(tok) or i + 1 >= k or len(m.kv) >= m.n_ctx or (stop is not None and stop.is_set()):
+                break  # nothing follows an end of generation; a stop request is honoured between steps
+            row = m.decode([tok], "last")[0]
         draft.seconds = time.perf_counter() - t0
         return draft
 
@@ -158,30 +211,35 @@ class LookupDrafter(Drafter):
                 if end >= n:
                     index[tuple(toks[end - n : end])] = end - n
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                lookup_k: int | None = None) -> Draft:
-        t0 = time.perf_counter()
-        k = k if lookup_k is None else lookup_k
+    def find(self, context: Sequence[int], k: int) -> tuple[int, list[int]] | None:
+        """The longest n-gram match ending `context` and up to k tokens that followed it."""
         self._extend(context)
         toks = self._tokens
-        draft = Draft(source=self.name)
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             if len(toks) <= n:
                 continue
             pos = self._index[n].get(tuple(toks[-n:]))
             if pos is not None and pos + n < len(toks):
-                cont = toks[pos + n : pos + n + k]
-                draft.tokens = list(cont)
-                draft.q = [None] * len(cont)
-                draft.q_probs = [1.0] * len(cont)
-                draft.key = f"lookup:{n}"
-                break
+                return n, toks[pos + n : pos + n + k]
+        return None
+
+    def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
+                rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
+        t0 = time.perf_counter()
+        k = request.lookup_k
+        draft = Draft(asked=k)
+        found = self.find(context, k) if k > 0 else None
+        if found is not None:
+            n, cont = found
+            draft.key = DraftKey(DraftKind.LOOKUP, n)
+            cont = cont[: prune(draft.key, len(cont))]
+            draft.tokens, draft.q, draft.q_probs = list(cont), [None] * len(cont), [1.0] * len(cont)
         draft.seconds = time.perf_counter() - t0
         return draft
 
 
 class CombinedDrafter(Drafter):
-    """Prompt lookup first; when it finds nothing, the model drafter."""
+    """Prompt lookup first; when it has nothing worth verifying, the model drafter."""
 
     uses_model = True
 
@@ -197,13 +255,16 @@ class CombinedDrafter(Drafter):
         self.lookup.begin(context)
         self.model.begin(context)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                lookup_k: int | None = None) -> Draft:
-        draft = self.lookup.propose(context, k, params, rng, lookup_k)
+    def behind(self, context: Sequence[int]) -> int:
+        return self.model.behind(context)
+
+    def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
+                rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
+        draft = self.lookup.propose(context, request, params, rng, prune, stop)
         if draft.tokens:
             return draft
         spent = draft.seconds
-        draft = self.model.propose(context, k, params, rng)
+        draft = self.model.propose(context, request, params, rng, prune, stop)
         draft.seconds += spent
         return draft
 

@@ -6,7 +6,7 @@ rejected, times), then one `TokenEvent` per emitted token, and once at the end a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 
@@ -17,6 +17,14 @@ class TokenSource(str, Enum):
     CORRECTION = "correction"  # the target's own token at the first rejected position
     BONUS = "bonus"  # the target's extra token after a fully accepted draft
     TARGET = "target"  # no draft this round: plain decoding
+
+
+class DraftKind(StrEnum):
+    """Who proposed a draft."""
+
+    NONE = "none"
+    MODEL = "model"
+    LOOKUP = "lookup"
 
 
 class FinishReason(str, Enum):
@@ -79,7 +87,7 @@ class RoundEvent:
     """Seconds spent drafting."""
     verify_s: float
     """Seconds in the target's verification pass."""
-    drafter: str
+    drafter: DraftKind
     """Which drafter proposed (model, lookup, none)."""
     tokens_per_s: float
     """Reply speed so far, cumulative (tokens emitted / generation time), this round included."""

@@ -3,24 +3,73 @@
 Auto picks, each round, the k (0 = plain decoding) that maximises expected tokens per second:
 
     E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j        tokens a round emits on average
-    T(k) = D(k) + V(k + 1) + O                     seconds it costs
+    T(k) = D * k + V(k + 1) + O(k)                 seconds it costs
 
-a_j is the measured chance that draft position j is accepted given that the ones before it
-were, D(k) the drafter's cost for k tokens, V(n) the target's cost to score a block of n
-tokens (not linear everywhere: measured, interpolated between measured sizes) and O the
-engine's own overhead per round. All are moving averages, so a change in the text (prose to
-code) or in the machine's load is noticed. When drafting is off it re-probes now and then,
-backing off exponentially while the probes keep saying no, and never when even perfect
-acceptance could not beat plain decoding.
+a_j is the chance that draft position j is accepted given that the ones before it were, D the
+drafter's cost per drafted token, V(n) the target's cost to score a block of n tokens (measured,
+interpolated between measured sizes) and O the engine's own overhead per round.
+
+What each price covers, so that none is inflated by how long drafting was off:
+- D is one drafter step: a model drafter that must first read tokens it has not seen (after plain
+  or lookup rounds) reports that catch-up apart, priced per token of a batched read like prefill.
+- Catch-up is a cost of turning drafting back on, so it is charged to probes, not to the
+  steady-state choice of k.
+- Acceptance is estimated over a window of recent judgements (per kind of draft, per position,
+  pooled over positions where a position has few), so it recovers within a few rounds when the
+  drafter starts agreeing again.
+- Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
+  one wins outright.
+While drafting is off, Auto probes with a short draft when the probe's expected net cost fits in
+a 1.5% budget of the time spent since the last probe; a probe that is fully accepted is followed
+straight away by another, so a drafter that starts agreeing again is back within a few rounds.
+It never probes when even a perfect drafter could not beat plain decoding.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from collections import deque
 from dataclasses import dataclass
+
+from engine.decoding.events import DraftKind
 
 
 #: Draft length of a probe (drafting is off, is it worth turning back on?).
 PROBE_K = 2
+#: Share of decoding time that probing may cost while drafting is off.
+PROBE_BUDGET = 0.015
+#: Margin a draft must win by over plain decoding.
+MARGIN = 1.02
+
+
+@dataclass(frozen=True, slots=True)
+class DraftKey:
+    """A kind of draft whose acceptance is learned on its own: model drafts, and prompt-lookup
+    drafts by the length of the n-gram match behind them."""
+
+    kind: DraftKind
+    match: int = 0
+    """Lookup: tokens in the n-gram that matched (longer matches are more often right)."""
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.match}" if self.match else self.kind.value
+
+
+MODEL_KEY = DraftKey(DraftKind.MODEL)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftRequest:
+    """What the policy asks of the drafter this round."""
+
+    model_k: int = 0
+    """Tokens a model drafter should draft (it costs a forward pass each)."""
+    lookup_k: int = 0
+    """Tokens a free drafter (prompt lookup) may propose; the policy prunes them afterwards."""
+
+    @property
+    def any(self) -> bool:
+        return self.model_k > 0 or self.lookup_k > 0
 
 
 class Ewma:
@@ -39,38 +88,75 @@ class Ewma:
         self.value = x if self.value is None else self.value + a * (x - self.value)
 
 
-class CostModel:
-    """What things cost on this machine, for this pair, measured while it runs."""
+@dataclass(frozen=True, slots=True)
+class RoundOutcome:
+    """What the policy learns from a round."""
+
+    k: int
+    """Draft length asked of the drafter that proposed."""
+    drafted: int
+    """Draft tokens the target verified (after pruning)."""
+    accepted: int
+    draft_s: float
+    """Seconds of drafting proper (one drafter step per drafted token), catch-up excluded."""
+    verify_s: float
+    overhead_s: float
+    key: DraftKey = MODEL_KEY
+    """Kind of draft: acceptance is learned per kind."""
+    catchup_s: float = 0.0
+    """Seconds the drafter spent reading tokens it had not seen before it could draft."""
+    catchup_tokens: int = 0
+    """How many tokens that was (in one batched read)."""
+
+
+class BlockCost:
+    """Seconds for one forward pass over a block of n tokens: measured at some sizes, interpolated
+    between them, and beyond the largest grown in proportion (pessimistic where it flattens)."""
 
     def __init__(self) -> None:
-        self.verify: dict[int, Ewma] = {}  # block size -> seconds for one target pass
-        self.draft_per_token = Ewma()
-        self.overhead = Ewma(value=0.0)
-        self.plain_overhead = Ewma()  # rounds without a draft do less bookkeeping
-        self.overhead_per_draft_token = Ewma()  # judging each drafted token costs a little more
+        self.by_size: dict[int, Ewma] = {}
 
-    def add_verify(self, n: int, seconds: float) -> None:
-        self.verify.setdefault(n, Ewma()).add(seconds)
+    def add(self, n: int, seconds: float) -> None:
+        self.by_size.setdefault(n, Ewma()).add(seconds)
 
-    def verify_cost(self, n: int) -> float | None:
-        pts = sorted((k, e.value) for k, e in self.verify.items() if e.value is not None)
+    def __call__(self, n: int) -> float | None:
+        pts = sorted((k, e.value) for k, e in self.by_size.items() if e.value is not None)
         if not pts:
             return None
         for (n0, v0), (n1, v1) in zip(pts, pts[1:]):
             if n0 <= n <= n1:
                 return v0 + (v1 - v0) * (n - n0) / (n1 - n0)
         if n <= pts[0][0]:
-            return pts[0][1]
-        # Beyond the largest measured block: grow in proportion (pessimistic where it flattens).
+            return pts[0][1] * n / pts[0][0] if pts[0][0] > 1 else pts[0][1]
         n_last, v_last = pts[-1]
         return v_last * n / n_last
 
-    def record(self, o: "RoundOutcome") -> None:
+
+class CostModel:
+    """What things cost on this machine, for this pair, measured while it runs."""
+
+    def __init__(self) -> None:
+        self.verify = BlockCost()  # the target scoring a block of n tokens
+        self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch
+        self.draft_per_token = Ewma()
+        self.overhead = Ewma(value=0.0)
+        self.plain_overhead = Ewma()  # rounds without a draft do less bookkeeping
+        self.overhead_per_draft_token = Ewma()  # judging each drafted token costs a little more
+
+    def add_verify(self, n: int, seconds: float) -> None:
+        self.verify.add(n, seconds)
+
+    def verify_cost(self, n: int) -> float | None:
+        return self.verify(n)
+
+    def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
         self.add_verify(o.drafted + 1, o.verify_s)
         self.overhead.add(o.overhead_s)
+        if o.catchup_tokens:
+            self.catchup.add(o.catchup_tokens, o.catchup_s)
         if o.drafted:
-            if o.key == "model":  # a lookup costs next to nothing and is not priced
+            if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
                 self.draft_per_token.add(o.draft_s / o.drafted)
             if self.plain_overhead.value is not None:
                 self.overhead_per_draft_token.add(max(0.0, o.overhead_s - self.plain_overhead.value) / o.drafted)
@@ -82,6 +168,20 @@ class CostModel:
         base = self.plain_overhead.value if self.plain_overhead.value is not None else self.overhead.value
         return (base or 0.0) + k * (self.overhead_per_draft_token.value or 0.0)
 
+    def draft_cost(self, k: int) -> float:
+        """A model drafter's cost for k tokens (unmeasured: assume a third of a target step)."""
+        per = self.draft_per_token.value
+        if per is None:
+            per = 0.3 * (self.verify_cost(1) or 0.0)
+        return per * k
+
+    def catchup_cost(self, n: int) -> float:
+        """Reading n unseen tokens into the drafter (unmeasured: priced like drafting them)."""
+        if n <= 0:
+            return 0.0
+        measured = self.catchup(n)
+        return measured if measured is not None else n * self.draft_cost(1)
+
     def plain_token_cost(self) -> float | None:
         v = self.verify_cost(1)
         return None if v is None else v + self.round_overhead(0)
@@ -91,51 +191,42 @@ class CostModel:
         return None if not c else 1.0 / c
 
 
-@dataclass(frozen=True, slots=True)
-class RoundOutcome:
-    """What the policy learns from a round."""
-
-    k: int
-    drafted: int
-    """Draft tokens the target verified (after pruning)."""
-    accepted: int
-    draft_s: float
-    verify_s: float
-    overhead_s: float
-    key: str = "model"
-    """Kind of draft ("model", "lookup:3" for a 3-token n-gram match): acceptance is learned per kind."""
-
-
 class DraftPolicy(ABC):
     """Decides how much to draft (before proposing) and how much of a draft to verify (after)."""
 
     label: str = ""
 
     @abstractmethod
-    def choose_k(self, limit: int) -> int:
-        """How many tokens a model drafter should draft next round (at most `limit`)."""
+    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+        """What to ask of the drafter, at most `limit` tokens; `behind`: tokens a model drafter
+        would have to read before drafting."""
 
-    def lookup_k(self, limit: int) -> int:
-        """How many tokens a prompt-lookup drafter may propose (proposing costs nothing)."""
-        return self.choose_k(limit)
-
-    def prune(self, key: str, proposed: int) -> int:
+    def prune(self, key: DraftKey, proposed: int) -> int:
         """How many of `proposed` draft tokens of kind `key` to verify."""
         return proposed
 
     def observe(self, outcome: RoundOutcome) -> None:
         """Learn from a finished round."""
 
+    @property
+    def drafts(self) -> bool:
+        """Whether this policy ever asks for a draft (a drafter need not read the prompt otherwise)."""
+        return True
+
 
 class NoDraft(DraftPolicy):
     label = "none"
 
-    def choose_k(self, limit: int) -> int:
-        return 0
+    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+        return DraftRequest()
+
+    @property
+    def drafts(self) -> bool:
+        return False
 
 
 class FixedK(DraftPolicy):
-    """The user's k, exactly as asked."""
+    """The user's k, exactly as asked (capped by what fits)."""
 
     def __init__(self, k: int) -> None:
         if k < 0:
@@ -143,25 +234,38 @@ class FixedK(DraftPolicy):
         self.k = k
         self.label = f"fixed k={k}"
 
-    def choose_k(self, limit: int) -> int:
-        return min(self.k, limit)
+    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+        k = max(0, min(self.k, limit))
+        return DraftRequest(k, k)
+
+    @property
+    def drafts(self) -> bool:
+        return self.k > 0
 
 
 class Acceptance:
-    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
+    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept),
+    over a window of recent judgements."""
 
-    def __init__(self, k_max: int, prior: float = 0.8, prior_weight: int = 2) -> None:
-        # Optimistic start, worth a couple of samples: a fresh drafter is assumed good until measured.
-        self.prior_weight = prior_weight
-        self.at = [Ewma(alpha=0.1, value=prior, weight=prior_weight) for _ in range(k_max)]
+    def __init__(self, k_max: int, window: int = 32, pooled_window: int = 32, prior: float = 0.6,
+                 prior_weight: float = 3.0, own_after: int = 8) -> None:
+        # A fresh drafter starts as fair, worth three judgements: enough to try it, not enough for
+        # a few unlucky rounds to turn it off (tuned on replayed traces: tests/test_replay.py).
+        self.prior, self.prior_weight, self.own_after = prior, prior_weight, own_after
+        self.at: list[deque[int]] = [deque(maxlen=window) for _ in range(k_max)]
+        self.pooled: deque[int] = deque(maxlen=pooled_window)
+
+    def pooled_value(self) -> float:
+        return (sum(self.pooled) + self.prior * self.prior_weight) / (len(self.pooled) + self.prior_weight)
 
     def value(self, j: int) -> float:
-        """a_j; a position never judged yet borrows the deepest judged position's value
-        (acceptance changes little with depth, and probes only reach the first positions)."""
-        for i in range(j, -1, -1):
-            if self.at[i].n > self.prior_weight:
-                return self.at[i].value or 0.0
-        return self.at[j].value or 0.0
+        """a_j: a position's own window once it has enough judgements, shrunk towards the pooled
+        estimate (recent judgements at every position) that stands in for it until then."""
+        pooled = self.pooled_value()
+        seen = self.at[j]
+        if len(seen) < self.own_after:
+            return pooled
+        return (sum(seen) + pooled * 2) / (len(seen) + 2)
 
     def expected_tokens(self, k: int, perfect: bool = False) -> float:
         total, run = 1.0, 1.0
@@ -173,23 +277,20 @@ class Acceptance:
     def observe(self, verified: int, accepted: int) -> None:
         # Position j is judged only when all before it were accepted.
         for j in range(min(verified, accepted + 1, len(self.at))):
-            self.at[j].add(1.0 if j < accepted else 0.0)
+            ok = 1 if j < accepted else 0
+            self.at[j].append(ok)
+            self.pooled.append(ok)
 
 
 class _Probe:
-    """When drafting of one kind is off, try it again now and then, less often while it keeps failing."""
+    """While drafting of one kind is off: when to try it again."""
 
-    def __init__(self, every: int = 16, max_every: int = 256) -> None:
-        self.base, self.every, self.max_every, self.idle = every, every, max_every, 0
+    def __init__(self) -> None:
+        self.idle_s = 0.0  # decoding time since drafting of this kind last ran
+        self.again = False  # the last probe was fully accepted: look again at once
 
-    def due(self) -> bool:
-        self.idle += 1
-        return self.idle >= self.every
-
-    def drafted(self, was_probe: bool, still_off: bool) -> None:
-        self.idle = 0
-        if was_probe:
-            self.every = min(self.max_every, self.every * 2) if still_off else self.base
+    def due(self, net_cost: float) -> bool:
+        return self.again or net_cost <= PROBE_BUDGET * self.idle_s
 
 
 class AutoK(DraftPolicy):
@@ -201,65 +302,93 @@ class AutoK(DraftPolicy):
         self.costs = costs
         self.k_max = k_max
         self.drafter_is_model = drafter_is_model
-        self.tables: dict[str, Acceptance] = {}
-        self.probes: dict[str, _Probe] = {}
-        self._probing: set[str] = set()
+        self.tables: dict[DraftKey, Acceptance] = {}
+        self.probes: dict[DraftKey, _Probe] = {}
+        self._probing: set[DraftKey] = set()
+        self.rounds_seen = 0
 
-    def table(self, key: str) -> Acceptance:
+    def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
             self.tables[key] = Acceptance(self.k_max)
         return self.tables[key]
 
     # -- the model -----------------------------------------------------------
-    def draft_cost(self, k: int) -> float:
-        per = self.costs.draft_per_token.value
-        if per is None:  # unmeasured: assume a model drafter costs a third of the target
-            per = 0.3 * (self.costs.verify_cost(1) or 0.0)
-        return per * k
-
-    def rate(self, key: str, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
+    def round_cost(self, k: int, with_draft_cost: bool) -> float | None:
         v = self.costs.verify_cost(k + 1)
         if not v:
-            return 0.0
-        cost = v + self.costs.round_overhead(k) + (self.draft_cost(k) if with_draft_cost else 0.0)
-        return self.table(key).expected_tokens(k, perfect) / cost
+            return None
+        return v + self.costs.round_overhead(k) + (self.costs.draft_cost(k) if with_draft_cost else 0.0)
 
-    def best_k(self, key: str, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
-        best, best_rate = 0, self.rate(key, 0, with_draft_cost)
+    def rate(self, key: DraftKey, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
+        cost = self.round_cost(k, with_draft_cost)
+        return self.table(key).expected_tokens(k, perfect) / cost if cost else 0.0
+
+    def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
+        """The fastest k, or 0 unless it beats plain decoding by the margin."""
+        plain = self.rate(key, 0, with_draft_cost)
+        best, best_rate = 0, 0.0
         for k in range(1, min(limit, self.k_max) + 1):
             r = self.rate(key, k, with_draft_cost, perfect)
-            if r > best_rate * 1.02:  # a 2% margin: do not draft for a tie
+            if r > best_rate:
                 best, best_rate = k, r
-        return best
+        return best if best_rate > plain * MARGIN else 0
 
-    def _decide(self, key: str, limit: int, with_draft_cost: bool) -> int:
+    def _probe_net_cost(self, key: DraftKey, k: int, behind: int, with_draft_cost: bool) -> float:
+        """What a probe of k tokens costs over a plain round, less what it is expected to save."""
+        plain = self.round_cost(0, with_draft_cost) or 0.0
+        cost = (self.round_cost(k, with_draft_cost) or 0.0) - plain
+        if with_draft_cost and behind > 1:
+            cost += self.costs.catchup_cost(behind - 1)
+        gain = (self.table(key).expected_tokens(k) - 1.0) * plain
+        return max(0.0, cost - gain)
+
+    def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0) -> int:
         if limit <= 0 or self.costs.verify_cost(1) is None:
             return 0  # nothing measured yet: plain decoding first, everything is priced against it
         k = self.best_k(key, limit, with_draft_cost)
         probe = self.probes.setdefault(key, _Probe())
-        if k == 0 and probe.due():
-            if self.best_k(key, limit, with_draft_cost, perfect=True) > 0:  # could a perfect drafter win at all?
-                self._probing.add(key)
-                k = min(limit, PROBE_K)  # short: a failed probe must cost little
-        return k
+        if k > 0:
+            return k
+        probe_k = min(limit, PROBE_K)
+        if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
+            return 0  # even a perfect drafter could not win here
+        if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost)):
+            self._probing.add(key)
+            return probe_k
+        return 0
 
     # -- the policy ----------------------------------------------------------
-    def choose_k(self, limit: int) -> int:
-        return self._decide("model", limit, with_draft_cost=True) if self.drafter_is_model else 0
+    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+        model_k = self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind) if self.drafter_is_model else 0
+        return DraftRequest(model_k, min(limit, self.k_max))
 
-    def lookup_k(self, limit: int) -> int:
-        return min(limit, self.k_max)
-
-    def prune(self, key: str, proposed: int) -> int:
-        if key == "model":
+    def prune(self, key: DraftKey, proposed: int) -> int:
+        if key.kind is DraftKind.MODEL:
             return proposed  # k was already chosen for it, drafting cost included
         return self._decide(key, proposed, with_draft_cost=False)
 
     def observe(self, o: RoundOutcome) -> None:
+        self.rounds_seen += 1
+        # Time passes for every kind not drafted this round (the probe budget grows with it).
+        spent = o.verify_s + o.draft_s + o.catchup_s + o.overhead_s
+        for key, probe in self.probes.items():
+            if not (o.drafted and key == o.key):
+                probe.idle_s += spent
         if not o.drafted:
             return
         self.table(o.key).observe(o.drafted, o.accepted)
+        probe = self.probes.setdefault(o.key, _Probe())
         was_probe = o.key in self._probing
         self._probing.discard(o.key)
-        still_off = self.best_k(o.key, self.k_max, with_draft_cost=o.key == "model") == 0
-        self.probes.setdefault(o.key, _Probe()).drafted(was_probe, still_off)
+        probe.idle_s = 0.0
+        probe.again = was_probe and o.accepted == o.drafted
+
+
+def make_policy(draft_max: int | str, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
+    """The policy for a request's draft length: "auto", 0 (plain) or a fixed k."""
+    if draft_max == "auto":
+        return AutoK(costs, drafter_is_model=drafter_is_model)
+    k = int(draft_max)
+    if k < 0 or math.isnan(k):
+        raise ValueError("draft length must be 0 or more")
+    return FixedK(k) if k > 0 else NoDraft()

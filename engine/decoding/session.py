@@ -19,7 +19,7 @@ from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, Mo
 from engine.errors import ContextFullError, EngineError
 from engine.decoding.events import Event
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer
-from engine.decoding.policy import AutoK, CostModel, DraftPolicy, Ewma, FixedK, NoDraft
+from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
 
@@ -140,6 +140,7 @@ class Session:
         self.drafter = self._make_drafter()
         if changed:
             self.costs.draft_per_token = Ewma()
+            self.costs.catchup = BlockCost()
             if model is not None and self._calibrate:
                 self.calibrate_drafter()
 
@@ -153,7 +154,8 @@ class Session:
             self._drafter_note = [f"{names} cannot roll back its cache (recurrent or hybrid model): plain decoding only"]
             return None
         lookup = LookupDrafter() if self.spec.lookup else None
-        model = ModelDrafter(self.draft_model) if self.draft_model is not None else None
+        model = (ModelDrafter(self.draft_model, target_vocab=self.target.n_vocab, is_eog=self.target.is_eog)
+                 if self.draft_model is not None else None)
         if lookup and model:
             return CombinedDrafter(lookup, model)
         return lookup or model
@@ -166,9 +168,13 @@ class Session:
             self.costs.add_verify(n, dt)
 
     def calibrate_drafter(self, repeats: int = 3) -> None:
+        """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            for _, dt in self._time_blocks(self.draft_model, (1,), repeats):
-                self.costs.draft_per_token.add(dt)
+            for n, dt in self._time_blocks(self.draft_model, (1, 16, 64), repeats):
+                if n == 1:
+                    self.costs.draft_per_token.add(dt)
+                else:
+                    self.costs.catchup.add(n, dt)
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int) -> list[tuple[int, float]]:
         probe = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
@@ -248,6 +254,8 @@ class Session:
 
     # -- replies ----------------------------------------------------------------
     def policy_for(self, settings: GenerationSettings) -> DraftPolicy:
+        """Auto keeps what it learned across replies of this session (per drafter): a new reply
+        starts from the acceptance it saw last, and the reply's note says so."""
         if self.drafter is None:
             return NoDraft()
         if settings.draft_max == "auto":
@@ -255,7 +263,7 @@ class Session:
             if auto is None:
                 auto = self._autos[self.spec] = AutoK(self.costs, drafter_is_model=self.drafter.uses_model)
             return auto
-        return FixedK(int(settings.draft_max)) if int(settings.draft_max) > 0 else NoDraft()
+        return make_policy(settings.draft_max, self.costs, self.drafter.uses_model)
 
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Reply to a conversation (list of {'role', 'content'}, system first if any)."""
@@ -272,9 +280,13 @@ class Session:
             self.drafter.p_min = settings.p_min
         elif isinstance(self.drafter, CombinedDrafter):
             self.drafter.model.p_min = settings.p_min
+        policy = self.policy_for(settings)
+        notes = list(notes)
+        if isinstance(policy, AutoK) and policy.rounds_seen:
+            notes.append(f"Auto started from what it learned in {policy.rounds_seen} earlier rounds of this session")
         return generate(
             self.target, tokens, settings.sampling,
-            drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
+            drafter=self.drafter, policy=policy, max_tokens=settings.max_tokens,
             stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
         )
 
@@ -283,10 +295,11 @@ class Session:
         self.stop_event.set()
 
     def reset_state(self) -> None:
-        """Empty both caches and the lookup index (the benchmark does this between runs, so
-        nothing is replayed). Measured costs and Auto's acceptance estimates are kept: they
-        describe this machine and this pair, not one text."""
+        """Empty both caches, the lookup index and what Auto learned about acceptance (the
+        benchmark does this between runs, so nothing is replayed). Measured costs are kept:
+        they describe this machine and this pair, not one text."""
         self.target.clear()
+        self._autos.clear()
         if self.drafter is not None:
             self.drafter.reset()
 

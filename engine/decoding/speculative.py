@@ -1,6 +1,10 @@
 """The speculative loop: draft, verify, accept, resample, rewind. Plain decoding is the same
 loop with empty drafts.
 
+Two layers, as mlx-lm's `generate_step` under `stream_generate`: `rounds()` yields one `Round` per
+draft-verify round (token ids, what was drafted and kept, costs) and `generate()` turns those into
+the event stream (text, stats, timings) that every consumer reads.
+
 Invariant between rounds: `ctx` is the prompt plus every emitted token; the target's KV cache
 holds ctx[:-1] (the last token is scored at the start of the next round, together with the
 draft), and the drafter's cache holds a prefix of ctx.
@@ -8,6 +12,7 @@ draft), and the drafter's cache holds a prefix of ctx.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -16,12 +21,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.decoding.drafters import Draft, Drafter
-from engine.errors import ContextFullError, EngineError
-from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.events import DoneEvent, DraftKind, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel
-from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
-from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual, softmax_prob
+from engine.decoding.policy import CostModel, DraftPolicy, DraftRequest, NoDraft, RoundOutcome
+from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
+from engine.errors import ContextFullError, EngineError
 
 _NO_DRAFT = Draft()
 
@@ -41,23 +46,31 @@ class Verdict:
 
 
 def judge_greedy(rows: np.ndarray, draft: Draft) -> Verdict:
-    """Accept while the target's argmax equals the draft; then take the target's argmax."""
+    """Accept while the target's argmax equals the draft; then take the target's argmax.
+
+    Vectorised over the rows that emit a token, in float32 and in place: at a 152k vocabulary
+    every full-row pass counts (the softmax denominator behind p is the one exp per row left)."""
+    tops = rows.argmax(axis=1)
     accepted = 0
-    for i, tok in enumerate(draft.tokens):
-        if int(np.argmax(rows[i])) != tok:
+    for tok in draft.tokens:
+        if tops[accepted] != tok:
             break
         accepted += 1
-    nxt = int(np.argmax(rows[accepted]))
-    kept = draft.tokens[:accepted] + [nxt]
-    return Verdict(accepted, nxt, [softmax_prob(rows[i], t) for i, t in enumerate(kept)],
-                   [_second_choice(rows[i]) for i in range(len(kept))])
-
-
-def _second_choice(row: np.ndarray) -> tuple[int, float]:
-    """The runner-up token and how far behind the winner it is (evidence for ties)."""
-    two = np.argpartition(row, -2)[-2:]
-    lo, hi = (two[0], two[1]) if row[two[0]] <= row[two[1]] else (two[1], two[0])
-    return int(lo), float(row[hi]) - float(row[lo])
+    m = accepted + 1
+    used, top = rows[:m], tops[:m]
+    idx = np.arange(m)
+    best = used[idx, top]
+    # The runner-up: hide the winner for one more argmax, then put it back (rows is llama.cpp's
+    # logits buffer; nothing else reads it before the next decode, but leave it as found).
+    used[idx, top] = -np.inf
+    second = used.argmax(axis=1)
+    used[idx, top] = best
+    gaps = best - used[idx, second]
+    work = np.subtract(used, best[:, None])
+    np.exp(work, out=work)
+    p = 1.0 / work.sum(axis=1).astype(np.float64)  # float32 pairwise sums: ~1e-7 relative
+    return Verdict(accepted, int(top[-1]), p.tolist(),
+                   list(zip(second.tolist(), gaps.astype(np.float64).tolist())))
 
 
 def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Verdict:
@@ -75,6 +88,130 @@ def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_voca
     p = distribution(rows[len(draft.tokens)], params)
     nxt = p.sample(rng)
     return Verdict(len(draft.tokens), nxt, probs + [p.prob(nxt)])
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One draft-verify round, at the level of token ids."""
+
+    number: int
+    draft: Draft
+    verdict: Verdict
+    tokens: list[int]
+    """Tokens this round emits (cut at an end of generation, which is kept in the context, or at max_tokens)."""
+    sources: list[TokenSource]
+    outcome: RoundOutcome
+    finish: FinishReason | None
+    """Set on the round that ends the reply."""
+
+
+# -- the five stages -------------------------------------------------------------------------------
+def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, policy: DraftPolicy,
+            stop: threading.Event | None) -> tuple[list[int], int]:
+    """The target reads the prompt less its last token (scored with the first draft); a drafter
+    reads it too, unless this policy never drafts. Returns the context and the reused prefix."""
+    reused = target.sync(prompt[:-1])
+    for start in range(reused, len(prompt) - 1, target.n_batch):
+        if stop is not None and stop.is_set():
+            break  # a long prompt can take a while: a stop request is honoured between batches
+        target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
+    if drafter is not None and policy.drafts and not (stop is not None and stop.is_set()):
+        drafter.begin(prompt)
+    # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
+    return list(prompt[: len(target.kv) + 1]), reused
+
+
+def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], limit: int, params: SamplingParams,
+               rng: np.random.Generator, stop: threading.Event | None) -> Draft:
+    """1. draft: what the policy asks for, pruned to what it thinks is worth verifying."""
+    if drafter is None:
+        return _NO_DRAFT
+    request = policy.request(limit, drafter.behind(ctx))
+    if not request.any:
+        return _NO_DRAFT
+    return drafter.propose(ctx, request, params, rng, policy.prune, stop)
+
+
+def verify(target: LlamaModel, ctx: list[int], draft: Draft) -> tuple[np.ndarray, float]:
+    """2. verify: one forward pass scores the last token and every drafted one."""
+    t0 = time.perf_counter()
+    rows = target.decode([ctx[-1]] + draft.tokens, "all")
+    return rows, time.perf_counter() - t0
+
+
+def judge(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Verdict:
+    """3. accept and 4. resample."""
+    verdict = judge_greedy(rows, draft) if params.greedy else judge_sampled(rows, draft, params, n_vocab, rng)
+    assert 0 <= verdict.accepted <= len(draft.tokens)  # every round yields at least one token
+    return verdict
+
+
+def cut(target: LlamaModel, new: list[int], emitted: int, max_tokens: int) -> tuple[int, FinishReason | None]:
+    """Where the block ends: at an end-of-generation token or at max_tokens, inside it if need be."""
+    for i, tok in enumerate(new):
+        if target.is_eog(tok):
+            return i, FinishReason.STOP
+        if emitted + i + 1 >= max_tokens:
+            return i + 1, FinishReason.LENGTH
+    return len(new), None
+
+
+def rewind(target: LlamaModel, drafter: Drafter | None, ctx: list[int]) -> None:
+    """5. rewind: both caches back to the accepted state."""
+    if len(target.kv) > len(ctx) - 1:
+        target.truncate(len(ctx) - 1)
+    if drafter is not None:
+        drafter.commit(ctx)
+
+
+def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
+           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator) -> Iterator[Round]:
+    """The token-level loop. `ctx` grows in place; whatever happens (a consumer that stops listening
+    included), the caches are rewound to it."""
+    try:
+        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            rewind(target, drafter, ctx)  # never hide the error that got us here
+        raise
+    rewind(target, drafter, ctx)
+
+
+def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
+          max_tokens: int, stop: threading.Event | None, rng: np.random.Generator) -> Iterator[Round]:
+    emitted = 0
+    number = 0
+    # A block of k + 1 tokens must fit one llama_decode call.
+    k_cap = max(0, target.n_batch - 1)
+    while True:
+        if stop is not None and stop.is_set():
+            return
+        room = target.n_ctx - len(ctx)  # the block [last, d1..dk] must fit
+        if room < 0:
+            raise ContextFullError("the context is full")
+        number += 1
+        limit = min(room, max_tokens - emitted - 1, k_cap)
+        draft = draft_step(drafter, policy, ctx, limit, params, rng, stop)
+        rows, verify_s = verify(target, ctx, draft)
+        verdict = judge(rows, draft, params, target.n_vocab, rng)
+        n_draft = len(draft.tokens)
+        new = draft.tokens[: verdict.accepted] + [verdict.next_token]
+        last = (TokenSource.TARGET if n_draft == 0
+                else TokenSource.BONUS if verdict.accepted == n_draft else TokenSource.CORRECTION)
+        keep, finish = cut(target, new, emitted, max_tokens)
+        ctx.extend(new[: keep + 1] if finish is FinishReason.STOP else new[:keep])  # keep the EOG itself
+        rewind(target, drafter if n_draft else None, ctx)
+        outcome = RoundOutcome(
+            k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
+            overhead_s=0.0,  # known once the round's events are out: see generate()
+            key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens,
+        )
+        policy.observe(outcome)
+        yield Round(number, draft, verdict, new[:keep], ([TokenSource.ACCEPTED] * verdict.accepted + [last])[:keep],
+                    outcome, finish)
+        emitted += keep
+        if finish is not None:
+            return
 
 
 class _Text:
@@ -99,16 +236,6 @@ class _Text:
         return self.model.piece(token).decode("utf-8", "replace")
 
 
-def _settle(pending: tuple[RoundOutcome, float] | None, now: float, costs: CostModel) -> None:
-    """Record a finished round's costs, its overhead being everything in the round that was
-    neither drafting nor verifying (accepting, events, bookkeeping), consumer time excluded."""
-    if pending is not None:
-        o, start = pending
-        overhead = max(0.0, now - start - o.draft_s - o.verify_s)
-        costs.record(replace(o, overhead_s=overhead))
-    return None
-
-
 def generate(
     target: LlamaModel,
     prompt: Sequence[int],
@@ -124,121 +251,59 @@ def generate(
     if not prompt:
         raise EngineError("the prompt is empty")
     params.validate()
-    policy = policy or NoDraft()
+    policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
     rng = np.random.default_rng(params.seed)
-    if drafter is None:
-        policy = NoDraft()
     stats = StatsTracker(policy.label, target, drafter)
     if len(prompt) >= target.n_ctx:
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 
-    # Prefill: the target reads the prompt, less the last token (scored with the first draft).
     t_prefill = time.perf_counter()
-    reused = target.sync(prompt[:-1])
-    for start in range(reused, len(prompt) - 1, target.n_batch):
-        if stop is not None and stop.is_set():
-            break  # a long prompt can take a while: a stop request is honoured between batches
-        target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
-    if drafter is not None and not (stop is not None and stop.is_set()):
-        drafter.begin(prompt)
+    ctx, reused = prefill(target, prompt, drafter, policy, stop)
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill)
 
-    # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
-    ctx = list(prompt[: len(target.kv) + 1])
     text = _Text(target)
     finish: FinishReason | None = None
-    pending: tuple[RoundOutcome, float] | None = None
-    round_no = 0
+    pending: tuple[RoundOutcome, float] | None = None  # a round's costs, recorded once its events are out
     emitted = 0
+    t_round = stats.clock()
+    steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng)
     try:
-        while finish is None:
-            if stop is not None and stop.is_set():
-                finish = FinishReason.CANCELLED
-                break
-            room = target.n_ctx - len(ctx)  # the block [last, d1..dk] must fit
-            if room < 0:
-                finish = FinishReason.CONTEXT_FULL
-                break
-            round_no += 1
-            t_round = stats.clock()
-            pending = _settle(pending, t_round, costs)
-            # 1. draft
-            limit = min(room, max_tokens - emitted - 1)
-            k, k_lookup = policy.choose_k(limit), policy.lookup_k(limit)
-            draft = drafter.propose(ctx, k, params, rng, k_lookup) if (k > 0 or k_lookup > 0) else _NO_DRAFT
-            keep_n = policy.prune(draft.key, len(draft.tokens)) if draft.tokens else 0
-            if keep_n < len(draft.tokens):  # not worth verifying all of it
-                draft = draft.truncated(keep_n)
-            if draft.source == "lookup":
-                k = k_lookup
-            # 2. verify: one forward pass scores the last token and every drafted one
-            t_verify = time.perf_counter()
-            rows = target.decode([ctx[-1]] + draft.tokens, "all")
-            verify_s = time.perf_counter() - t_verify
-            # 3. accept, 4. resample
-            if params.greedy:
-                verdict = judge_greedy(rows, draft)
-            else:
-                verdict = judge_sampled(rows, draft, params, target.n_vocab, rng)
-            n_draft = len(draft.tokens)
-            assert 0 <= verdict.accepted <= n_draft  # every round yields at least one token
-            new = draft.tokens[: verdict.accepted] + [verdict.next_token]
-            last_source = (
-                TokenSource.TARGET if n_draft == 0
-                else TokenSource.BONUS if verdict.accepted == n_draft
-                else TokenSource.CORRECTION
-            )
-            sources = [TokenSource.ACCEPTED] * verdict.accepted + [last_source]
-            # Stop at an end-of-generation token or at max_tokens, inside the block if need be.
-            keep = len(new)
-            for i, tok in enumerate(new):
-                if target.is_eog(tok):
-                    keep, finish = i, FinishReason.STOP
-                    break
-                if emitted + i + 1 >= max_tokens:
-                    keep, finish = i + 1, FinishReason.LENGTH
-                    break
-            ctx.extend(new[: keep + 1] if finish is FinishReason.STOP else new[:keep])  # keep the EOG itself
-            # 5. rewind: both caches back to the accepted state
-            target.truncate(len(ctx) - 1)
-            if drafter is not None and n_draft:
-                drafter.commit(ctx)
+        for r in steps:
+            finish = r.finish
+            pending = (r.outcome, t_round)
+            stats.round_done(r.outcome, len(r.tokens))
+            tps, speedup = stats.live_rate(costs, len(r.tokens))
+            draft, verdict = r.draft, r.verdict
             rejected = draft.tokens[verdict.accepted :]
-            outcome = RoundOutcome(
-                k=k, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
-                overhead_s=0.0,  # known once the round's events are out: see _settle
-                key=draft.key,
-            )
-            pending = (outcome, t_round)
-            policy.observe(outcome)
-            stats.round_done(outcome, keep)
-            tps, speedup = stats.live_rate(costs, keep)
             yield from stats.timed(RoundEvent(
-                round=round_no, k=k, drafted=tuple(draft.tokens),
+                round=r.number, k=r.outcome.k, drafted=tuple(draft.tokens),
                 drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
                 rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
-                emitted=keep, draft_s=draft.seconds, verify_s=verify_s, drafter=draft.source if n_draft else "none",
-                tokens_per_s=tps, estimated_speedup=speedup,
+                emitted=len(r.tokens), draft_s=draft.seconds + draft.catchup_s, verify_s=r.outcome.verify_s,
+                drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup,
             ))
-            for i in range(keep):
-                tok = new[i]
-                q = draft.q_probs[i] if i < verdict.accepted else None
+            for i, tok in enumerate(r.tokens):
                 stats.token_emitted()
                 second = verdict.runner_up[i] if verdict.runner_up else (None, None)
                 yield from stats.timed(TokenEvent(
-                    text=text.push(tok), token_id=tok, source=sources[i], round=round_no,
-                    p=verdict.p[i], q=q, index=emitted, runner_up=second[0], margin=second[1],
+                    text=text.push(tok), token_id=tok, source=r.sources[i], round=r.number,
+                    p=verdict.p[i], q=draft.q_probs[i] if i < verdict.accepted else None, index=emitted,
+                    runner_up=second[0], margin=second[1],
                 ))
                 emitted += 1
+            # The round's overhead: everything that was neither drafting nor verifying, consumer excluded.
+            now = stats.clock()
+            o = r.outcome
+            costs.record(replace(o, overhead_s=max(0.0, now - t_round - o.draft_s - o.catchup_s - o.verify_s)))
+            pending, t_round = None, now
+        if finish is None:
+            finish = FinishReason.CANCELLED if stop is not None and stop.is_set() else FinishReason.STOP
     except ContextFullError:
         finish = FinishReason.CONTEXT_FULL
     finally:
-        # Whatever happened (a consumer that stopped listening included), caches match `kv`.
-        if len(target.kv) > len(ctx) - 1:
-            target.truncate(len(ctx) - 1)
-        if drafter is not None:
-            drafter.commit(ctx)
-    _settle(pending, stats.clock(), costs)
+        steps.close()  # caches rewound now, even when the consumer stopped listening
+    if pending is not None:  # a consumer that stopped listening mid-round
+        costs.record(pending[0])
     text.flush()  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
-    yield DoneEvent(finish_reason=finish or FinishReason.STOP, text="".join(text.parts), stats=stats.finish(costs, note))
+    yield DoneEvent(finish_reason=finish, text="".join(text.parts), stats=stats.finish(costs, note))

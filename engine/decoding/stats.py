@@ -42,7 +42,7 @@ class StatsTracker:
 
     def round_done(self, o: RoundOutcome, kept: int) -> None:
         self.rounds += 1
-        self.draft_s += o.draft_s
+        self.draft_s += o.draft_s + o.catchup_s
         self.verify_s += o.verify_s
         if o.drafted:
             self.drafting_rounds += 1

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.decoding.events import DoneEvent, TokenEvent
+from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import DraftSpec, GenerationSettings, Session
 
 PLAIN = "plain"
@@ -39,6 +39,15 @@ class Variant:
     name: str
     draft: DraftSpec
     draft_max: int | str
+
+    @property
+    def family(self) -> str:
+        """Which drafter: Auto is compared with the fixed draft lengths of the same drafter."""
+        return self.draft.label
+
+    @property
+    def fixed(self) -> bool:
+        return self.draft_max != "auto"
 
 
 @dataclass(slots=True)
@@ -67,6 +76,14 @@ class RunResult:
     """How far apart the two candidates were there (logits, the larger of the two passes' margins)."""
     tie: bool | None = None
     """Whether that was a numerical tie (see `divergence`)."""
+    python_ms_per_token: float = 0.0
+    """The engine's own time (neither llama.cpp nor the consumer) per emitted token."""
+    family: str = PLAIN
+    """The drafter (Auto is compared with the fixed k of the same drafter, and with plain)."""
+    fixed: bool = True
+    """A fixed draft length (plain decoding counts as k = 0)."""
+    rounds: list[tuple[int, int, int, float, float, str]] = field(default_factory=list, repr=False)
+    """Per round: k asked, drafted, accepted, draft seconds, verify seconds, drafter kind."""
     token_ids: list[int] = field(default_factory=list, repr=False)
     second_choices: list[tuple[int | None, float | None]] = field(default_factory=list, repr=False)
 
@@ -120,9 +137,12 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     settings = GenerationSettings(draft_max=variant.draft_max if variant else 0, max_tokens=max_tokens)
     ids: list[int] = []
     seconds: list[tuple[int | None, float | None]] = []
+    rounds: list[tuple[int, int, int, float, float, str]] = []
     done: DoneEvent | None = None
     for ev in session.chat([{"role": "user", "content": prompt.prompt}], settings):
-        if isinstance(ev, TokenEvent):
+        if isinstance(ev, RoundEvent):
+            rounds.append((ev.k, len(ev.drafted), ev.accepted, round(ev.draft_s, 6), round(ev.verify_s, 6), ev.drafter.value))
+        elif isinstance(ev, TokenEvent):
             ids.append(ev.token_id)
             seconds.append((ev.runner_up, ev.margin))
         elif isinstance(ev, DoneEvent):
@@ -135,7 +155,8 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
         mean_accepted_per_round=s.mean_accepted_per_round, ttft_s=s.ttft_s, itl_p50_s=s.itl_p50_s,
         itl_p95_s=s.itl_p95_s, python_share=s.python_s / s.wall_s if s.wall_s else 0.0,
         estimated_speedup=s.estimated_speedup, finish_reason=done.finish_reason.value, wall_s=s.wall_s, token_ids=ids,
-        second_choices=seconds,
+        second_choices=seconds, python_ms_per_token=1000 * s.python_s / s.tokens if s.tokens else 0.0,
+        family=variant.family if variant else PLAIN, fixed=variant.fixed if variant else True, rounds=rounds,
     )
 
 
@@ -213,6 +234,16 @@ def _equality(rs: Sequence[RunResult]) -> str:
     return text
 
 
+def _best_fixed(results: Sequence[RunResult], auto: RunResult) -> float:
+    """The fastest fixed draft length of the same drafter (plain decoding included) on the same
+    prompt and repeat: the best Auto could have done with hindsight."""
+    families = {auto.family, PLAIN}
+    if auto.family.startswith("lookup+"):  # lookup first, then the model: either alone counts too
+        families |= {"lookup", auto.family.removeprefix("lookup+")}
+    return max((r.tokens_per_s for r in results if r.prompt_id == auto.prompt_id and r.repeat == auto.repeat
+                and r.fixed and r.family in families), default=0.0)
+
+
 def summarise(results: Sequence[RunResult]) -> dict:
     """Per category and variant: medians, and speedup as the median of per-run ratios to plain."""
     plain = {(r.prompt_id, r.repeat): r for r in results if r.variant == PLAIN}
@@ -227,6 +258,8 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 continue
             ratios = [r.tokens_per_s / plain[(r.prompt_id, r.repeat)].tokens_per_s for r in rs
                       if plain[(r.prompt_id, r.repeat)].tokens_per_s > 0]
+            vs_best = [r.tokens_per_s / best for r in rs if not r.fixed
+                       for best in [_best_fixed(results, r)] if best > 0]
             est = [r.estimated_speedup for r in rs if r.estimated_speedup]
             table[cat][v] = {
                 "runs": len(rs),
@@ -240,6 +273,8 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "itl_p50_s": _median([r.itl_p50_s for r in rs]),
                 "itl_p95_s": _median([r.itl_p95_s for r in rs]),
                 "python_share": _median([r.python_share for r in rs]),
+                "python_ms_per_token": _median([r.python_ms_per_token for r in rs]),
+                "auto_vs_best_fixed": _median(vs_best),
                 "greedy_equal": None if v == PLAIN else _equality(rs),
             }
     return {"categories": categories, "variants": variants, "table": table}
@@ -251,9 +286,9 @@ def markdown(summary: dict, meta: dict) -> str:
         f"- target: `{meta['target']}`", f"- machine: {meta['machine']}", f"- llama.cpp backends: {meta['backends']}",
         f"- prompts: {meta['prompts']} ({meta['n_prompts']}), max tokens {meta['max_tokens']}, repeats {meta['repeats']}, "
         f"interleaved, medians", f"- date: {meta['date']}", "",
-        "| category | variant | tok/s | speedup vs plain (min) | estimated speedup | acceptance | accepted/round "
-        "| TTFT ms | ITL p50/p95 ms | Python share | greedy = plain |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| category | variant | tok/s | speedup vs plain (min) | Auto / best fixed k | estimated speedup | acceptance "
+        "| accepted/round | TTFT ms | ITL p50/p95 ms | Python ms/token | greedy = plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(x, spec=".2f", scale=1.0):
@@ -263,10 +298,19 @@ def markdown(summary: dict, meta: dict) -> str:
         for v, row in summary["table"][cat].items():
             lines.append(
                 f"| {cat} | {v} | {f(row['tokens_per_s'])} | {f(row['speedup'])}x ({f(row['speedup_min'])}) "
+                f"| {f(row['auto_vs_best_fixed'])}{'x' if row['auto_vs_best_fixed'] else ''} "
                 f"| {f(row['estimated_speedup'])}x | {f(row['acceptance_rate'])} | {f(row['mean_accepted_per_round'])} "
                 f"| {f(row['ttft_s'], '.0f', 1000)} | {f(row['itl_p50_s'], '.0f', 1000)}/{f(row['itl_p95_s'], '.0f', 1000)} "
-                f"| {f(row['python_share'], '.1%')} | {row['greedy_equal'] or '-'} |"
+                f"| {f(row['python_ms_per_token'], '.2f')} | {row['greedy_equal'] or '-'} |"
             )
+    native = meta.get("native")
+    if native:
+        lines += ["", f"llama.cpp's own `llama-bench` on the same model, threads and repacking ({native['command']}): "
+                  f"tg {native['tg_tokens_per_s']:.2f} tokens/s; Draftlight's plain decoding / llama-bench tg = "
+                  f"{native['plain_ratio']:.2f} (median plain tokens/s over all prompts against llama-bench's mean)."]
+    lines += ["", "Auto / best fixed k: per prompt and repeat, Auto's tokens/s over the fastest fixed draft length "
+              "of the same drafter (plain decoding included) in that run; the median is shown.",
+              "Python ms/token: the engine's own time per emitted token (neither llama.cpp nor the consumer)."]
     lines += ["", f"greedy = plain: runs whose tokens equal plain greedy decoding's; where one left it, the "
               f"target's two candidates there swapped places between the batched (speculative) and the "
               f"single-token (plain) pass, within {TIE_LOGITS} logits: a numerical tie, unless marked NOT."]
@@ -310,6 +354,7 @@ def write_report(results: Sequence[RunResult], meta: dict, out: Path) -> dict[st
     summary = summarise(results)
     report = {"meta": meta, "summary": summary,
               "runs": [{k: v for k, v in asdict(r).items() if k not in ("token_ids", "second_choices")} for r in results]}
+    # Every round's outcome is in "runs"[i]["rounds"]: (k, drafted, accepted, draft s, verify s, drafter).
     paths = {"json": out / "report.json", "md": out / "report.md", "chart": out / "chart.png"}
     paths["json"].write_text(json.dumps(report, indent=2), encoding="utf-8")
     paths["md"].write_text(markdown(summary, meta), encoding="utf-8")
@@ -321,6 +366,27 @@ def machine_description() -> str:
     import os
 
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Sequence[RunResult],
+                  drafter: Path | None, path: Path) -> Path:
+    """Replayable traces of each prompt's plain greedy reply (engine.decoding.replay), headed by this
+    machine's measured costs in milliseconds."""
+    from engine.decoding.replay import record_trace, save_traces
+
+    session.set_drafter(DraftSpec(model=drafter) if drafter else None)
+    model = session.draft_model
+    traces = []
+    for p in prompts:
+        plain = next(r for r in results if r.prompt_id == p.id and r.variant == PLAIN)
+        tokens = session.render([{"role": "user", "content": p.prompt}]).tokens
+        traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model))
+    c = session.costs
+    header = {"machine": machine_description(), "units": "ms",
+              "verify_ms": {n: 1000 * (c.verify_cost(n) or 0) for n in (1, 2, 4, 8, 16)},
+              "draft_ms": 1000 * c.draft_cost(1), "catchup_ms": {n: 1000 * c.catchup_cost(n) for n in (1, 16, 64)}}
+    save_traces(path, header, traces)
+    return path
 
 
 def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt], max_tokens: int, repeats: int) -> dict:

@@ -26,12 +26,16 @@ def register(sub) -> None:
     b.add_argument("--ctx", type=int, default=4096)
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--gpu-layers", type=int, default=-1)
+    b.add_argument("--traces", type=Path, default=None,
+                   help="also write replayable traces of every prompt (JSONL) for tests/test_replay.py")
+    b.add_argument("--native", type=Path, default=None,
+                   help="folder with llama.cpp's own llama-bench (scripts/build_llama_tools.sh): report plain / llama-bench tg")
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args) -> int:
-    from engine.frontends.bench import load_prompts, meta_for, parse_variants, run_bench, write_report
+    from engine.frontends.bench import load_prompts, meta_for, parse_variants, record_traces, run_bench, write_report
     from engine.errors import EngineError
     from engine.decoding.session import Session
 
@@ -53,10 +57,32 @@ def cmd_bench(args) -> int:
     try:
         for v in variants:  # load and check every drafter before the long run starts
             session.set_drafter(v.draft)
+        native = _native_baseline(args, session) if args.native else None
         results = run_bench(session, prompts, variants, args.max_tokens, args.repeats)
-        paths = write_report(results, meta_for(session, args.prompts, prompts, args.max_tokens, args.repeats), args.out)
+        meta = meta_for(session, args.prompts, prompts, args.max_tokens, args.repeats)
+        if native:
+            plain = sorted(r.tokens_per_s for r in results if r.variant == "plain")
+            native["plain_ratio"] = plain[len(plain) // 2] / native["tg_tokens_per_s"]
+            meta["native"] = native
+        if args.traces:
+            models = [v.draft.model for v in variants if v.draft.model]
+            record_traces(session, prompts, results, models[0] if models else None, args.traces)
+        paths = write_report(results, meta, args.out)
     finally:
         session.close()
     print(paths["md"].read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
     return 0
+
+
+def _native_baseline(args, session) -> dict:
+    """llama.cpp's own llama-bench tg on the same model and threads, repacking as the engine has it."""
+    from engine.decoding.llama_backend import use_extra_buffers
+    from engine.frontends import native
+
+    tools = native.locate(args.native)
+    rep = native.llama_bench(tools, session.target.path, threads=session.target.n_threads, n_gen=args.max_tokens,
+                             repack=use_extra_buffers(None))
+    tg = [t for t in rep.tests if t.kind == "tg"]
+    return {"tg_tokens_per_s": tg[0].tokens_per_s, "command": " ".join(str(c) for c in rep.command[:1]) + " "
+            + " ".join(str(c) for c in rep.command[1:]).replace(str(session.target.path), session.target.path.name)}

@@ -1,0 +1,230 @@
+"""Replay recorded greedy traces through the real policy code under simulated costs.
+
+Greedy speculative decoding is deterministic given the text: whatever draft length a policy asks
+for at reply position t, a model drafter keeps `min(k, run_t)` tokens, where run_t is how many
+consecutive positions from t the drafter's own next-token prediction (with the true text as its
+context) equals the target's token. One batched drafter pass over the reply gives run_t for every t;
+prompt lookup is replayed the same way from the n-gram proposal at each position. So a trace
+recorded once (`record_trace`) lets any policy be replayed exactly, with costs taken from a profile
+instead of a clock: Auto is compared with every fixed k in hindsight, on machines we do not have.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
+from engine.decoding.policy import (
+    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, FixedK, NoDraft, RoundOutcome,
+)
+
+#: Longest draft replayed (Auto's k_max).
+K_MAX = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """What a drafter would get right at every position of one greedy reply."""
+
+    name: str
+    category: str
+    model_match: str
+    """Per reply position: '1' when the model drafter's greedy next token equals the target's."""
+    lookup: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    """Per reply position with a lookup proposal: (n-gram match length, tokens proposed, tokens right)."""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.model_match)
+
+    def model_run(self, t: int) -> int:
+        """Drafted tokens the target would keep from position t (up to K_MAX)."""
+        run = 0
+        while run < K_MAX and t + run < len(self.model_match) and self.model_match[t + run] == "1":
+            run += 1
+        return run
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "category": self.category, "model_match": self.model_match,
+                "lookup": [[t, *v] for t, v in sorted(self.lookup.items())]}
+
+    @staticmethod
+    def from_json(d: dict) -> "Trace":
+        return Trace(d["name"], d["category"], d["model_match"], {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in d["lookup"]})
+
+
+def load_traces(path: Path) -> tuple[dict, list[Trace]]:
+    """A traces file: one JSON object per line, the first holding the machine's measured costs."""
+    lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return lines[0], [Trace.from_json(d) for d in lines[1:]]
+
+
+def save_traces(path: Path, costs: dict, traces: Sequence[Trace]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(json.dumps(x) for x in [costs, *(t.to_json() for t in traces)]) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class CostProfile:
+    """Simulated costs, in seconds (or in units of one target step)."""
+
+    name: str
+    verify: Callable[[int], float]
+    """The target scoring a block of n tokens."""
+    draft_step: float
+    """One drafter forward pass for one token."""
+    catchup: Callable[[int], float]
+    """The drafter reading n tokens it has not seen, in one batch."""
+    overhead: float = 0.0
+    """The engine's own time per round."""
+
+
+def linear_profile(name: str, verify_base: float, verify_per_token: float, drafter: float) -> CostProfile:
+    """Verifying n tokens costs base + per_token * n target steps; the drafter is `drafter` times
+    the target's cost, for single steps and batched reads alike."""
+    def verify(n: int) -> float:
+        return verify_base + verify_per_token * n
+
+    return CostProfile(name, verify, drafter * verify(1), lambda n: drafter * verify(n))
+
+
+def measured_profile(name: str, verify_ms: dict[int, float], draft_ms: float, catchup_ms: dict[int, float]) -> CostProfile:
+    """A machine as measured: block sizes interpolated as the live cost model does."""
+    def curve(points: dict[int, float]) -> Callable[[int], float]:
+        c = CostModel()
+        for n, ms in points.items():
+            c.add_verify(int(n), ms)
+        return lambda n: c.verify_cost(n) or 0.0
+
+    return CostProfile(name, curve(verify_ms), draft_ms, curve(catchup_ms))
+
+
+#: The profiles of issue 9: verify n tokens = base + per_token * n steps, drafter share of the target.
+PROFILES = {
+    "gpu": linear_profile("gpu", 1.0, 0.02, 0.1),
+    "apple": linear_profile("apple", 1.0, 0.08, 0.2),
+    "cpu-slow-drafter": linear_profile("cpu-slow-drafter", 0.0, 1.0, 0.7),
+}
+
+
+@dataclass(slots=True)
+class SimResult:
+    tokens: int = 0
+    seconds: float = 0.0
+    rounds: int = 0
+    ks: list[int] = field(default_factory=list)
+    """Draft tokens verified each round (0 = plain)."""
+    accepted: list[int] = field(default_factory=list)
+    """Of those, accepted."""
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def calibrated_costs(profile: CostProfile) -> CostModel:
+    """The cost model as a session starts it: the target's blocks and the drafter timed at load."""
+    costs = CostModel()
+    for _ in range(2):
+        for n in (1, 2, 4, 8, 16):
+            costs.add_verify(n, profile.verify(n))
+    for _ in range(3):
+        costs.draft_per_token.add(profile.draft_step)
+        for n in (16, 64):
+            costs.catchup.add(n, profile.catchup(n))
+    return costs
+
+
+def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostModel], DraftPolicy],
+             drafter: str = "model", costs: CostModel | None = None) -> SimResult:
+    """Decode `trace` with the policy, as `generate` would: drafter 'model', 'lookup' or 'lookup+model'."""
+    costs = costs or calibrated_costs(profile)
+    policy = make_policy(costs)
+    use_model, use_lookup = "model" in drafter, "lookup" in drafter
+    res = SimResult()
+    n = trace.tokens
+    t, read = 0, 0  # reply position; reply tokens the model drafter has read (it read the prompt but its last token)
+    while t < n:
+        behind = t + 1 - read
+        req = policy.request(n - t - 1, behind)
+        key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
+        draft_s = catchup_s = 0.0
+        catchup_n = 0
+        proposal = trace.lookup.get(t) if use_lookup and req.lookup_k > 0 else None
+        if proposal is not None:
+            match, offered, right = proposal
+            key, k = DraftKey(DraftKind.LOOKUP, match), req.lookup_k
+            drafted = policy.prune(key, min(offered, k))
+            accepted = min(right, drafted)
+        if drafted == 0 and use_model and req.model_k > 0:
+            key, k = DraftKey(DraftKind.MODEL), req.model_k
+            drafted = k
+            accepted = min(trace.model_run(t), k)
+            if behind > CATCHUP_MIN:  # as ModelDrafter: a backlog is read apart, one or two tokens with the first step
+                catchup_n = behind - 1
+                catchup_s = profile.catchup(catchup_n)
+                draft_s = k * profile.draft_step
+            else:
+                draft_s = profile.catchup(behind) + (k - 1) * profile.draft_step
+            read = t + min(accepted, k - 1) + 1
+        verify_s = profile.verify(drafted + 1)
+        o = RoundOutcome(k=k, drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s,
+                         overhead_s=profile.overhead, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n)
+        costs.record(o)
+        policy.observe(o)
+        emitted = min(accepted + 1, n - t)
+        t += emitted
+        res.tokens += emitted
+        res.seconds += draft_s + catchup_s + verify_s + profile.overhead
+        res.rounds += 1
+        res.ks.append(drafted)
+        res.accepted.append(accepted)
+    return res
+
+
+def auto_policy(drafter: str) -> Callable[[CostModel], DraftPolicy]:
+    return lambda costs: AutoK(costs, k_max=K_MAX, drafter_is_model="model" in drafter)
+
+
+def fixed_policy(k: int) -> Callable[[CostModel], DraftPolicy]:
+    return lambda costs: FixedK(k) if k else NoDraft()
+
+
+def best_fixed(trace: Trace, profile: CostProfile, drafter: str) -> tuple[int, SimResult]:
+    """The fixed k (0..K_MAX, 0 = plain) that was fastest on this trace, in hindsight."""
+    runs = [(k, simulate(trace, profile, fixed_policy(k), drafter)) for k in range(K_MAX + 1)]
+    return max(runs, key=lambda kr: kr[1].rate)
+
+
+# -- recording ----------------------------------------------------------------------------------------
+def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[int], reply: Sequence[int],
+                 drafter_model=None) -> Trace:
+    """A trace of one greedy reply: the drafter (an engine LlamaModel, or None) reads prompt + reply
+    in one batch and its argmax at each position is compared with the reply; prompt lookup is run
+    at every position as the LookupDrafter runs it."""
+    match = ""
+    if drafter_model is not None:
+        ctx = list(prompt) + list(reply)
+        drafter_model.clear()
+        drafter_model.decode(ctx[: len(prompt) - 1], "none")
+        rows = drafter_model.decode(ctx[len(prompt) - 1 : -1], "all")  # row i predicts reply[i]
+        guesses = np.argmax(rows[:, :target_vocab], axis=1)
+        match = "".join("1" if int(g) == int(r) else "0" for g, r in zip(guesses, reply))
+        drafter_model.clear()
+    lookup: dict[int, tuple[int, int, int]] = {}
+    lk = LookupDrafter()
+    lk.begin(list(prompt))
+    for t in range(len(reply)):
+        ctx = list(prompt) + list(reply[:t])
+        found = lk.find(ctx, K_MAX)
+        if found is not None:
+            n_match, cont = found
+            right = 0
+            while right < len(cont) and t + right < len(reply) and cont[right] == reply[t + right]:
+                right += 1
+            lookup[t] = (n_match, len(cont), right)
+    return Trace(name, category, match or "0" * len(reply), lookup)
