@@ -1,0 +1,122 @@
+"""Edges of the loop and the model drafter, on tiny real models (issue 9, item 6)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine.decoding.drafters import ModelDrafter
+from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.policy import DraftRequest
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.session import GenerationSettings, Session
+from engine.errors import EngineError
+
+GREEDY = SamplingParams()
+CONTEXT = [1, 17, 42, 99, 7, 23]
+
+
+@pytest.fixture(scope="module")
+def drafter_model(tiny):
+    m = LlamaModel(tiny["drafter"], LoadSettings(n_ctx=256))
+    yield m
+    m.close()
+
+
+def first_guess(model: LlamaModel) -> int:
+    model.clear()
+    guess = int(np.argmax(model.decode(CONTEXT, "last")[0]))
+    model.clear()
+    return guess
+
+
+def test_a_draft_ends_before_an_id_the_target_cannot_produce(drafter_model):
+    guess = first_guess(drafter_model)
+    d = ModelDrafter(drafter_model, target_vocab=guess)  # the target's vocabulary stops just below it
+    assert d.propose(CONTEXT, DraftRequest(model_k=4), GREEDY, np.random.default_rng(0)).tokens == []
+    wide = ModelDrafter(drafter_model, target_vocab=guess + 1)
+    assert wide.propose(CONTEXT, DraftRequest(model_k=4), GREEDY, np.random.default_rng(0)).tokens[0] == guess
+
+
+def test_nothing_is_drafted_after_an_end_of_generation_guess(drafter_model):
+    guess = first_guess(drafter_model)
+    d = ModelDrafter(drafter_model, is_eog=lambda t: t == guess)
+    assert d.propose(CONTEXT, DraftRequest(model_k=6), GREEDY, np.random.default_rng(0)).tokens == [guess]
+    normal = ModelDrafter(drafter_model, is_eog=lambda t: False)
+    assert len(normal.propose(CONTEXT, DraftRequest(model_k=6), GREEDY, np.random.default_rng(0)).tokens) == 6
+
+
+def test_a_stop_request_ends_drafting_between_steps(drafter_model):
+    stop = threading.Event()
+    stop.set()
+    d = ModelDrafter(drafter_model, is_eog=lambda t: False)
+    assert len(d.propose(CONTEXT, DraftRequest(model_k=8), GREEDY, np.random.default_rng(0), stop=stop).tokens) == 1
+
+
+def test_catch_up_is_timed_apart_from_drafting(drafter_model):
+    d = ModelDrafter(drafter_model, is_eog=lambda t: False)
+    drafter_model.clear()
+    d.begin(CONTEXT[:2])
+    draft = d.propose(CONTEXT, DraftRequest(model_k=2), GREEDY, np.random.default_rng(0))
+    # It had read one token of six: four are a backlog read in one batch, the sixth goes with the first step.
+    assert draft.catchup_tokens == 4 and draft.catchup_s > 0 and len(draft.tokens) == 2
+    again = d.propose(CONTEXT + draft.tokens[:1] + [5], DraftRequest(model_k=2), GREEDY, np.random.default_rng(0))
+    assert again.catchup_tokens == 0  # the usual one or two unread tokens are part of drafting
+
+
+def test_a_fixed_k_beyond_the_batch_is_capped(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), target_load=LoadSettings(n_batch=8), calibrate=False)
+    try:
+        events = list(s.complete("hello world the code", GenerationSettings(draft_max=40, max_tokens=30)))
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert isinstance(events[-1], DoneEvent) and max(len(r.drafted) for r in rounds) == 7
+    finally:
+        s.close()
+
+
+def test_k_zero_with_a_drafter_loaded_leaves_the_drafter_idle(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        before = s.draft_model.passes
+        events = list(s.complete("hello world the code", GenerationSettings(draft_max=0, max_tokens=12)))
+        assert events[-1].stats.tokens == 12 and s.draft_model.passes == before
+    finally:
+        s.close()
+
+
+def test_same_seed_and_fixed_k_give_the_same_sampled_text(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        def text(seed: int) -> list[int]:
+            settings = GenerationSettings(draft_max=3, max_tokens=30, sampling=SamplingParams(temperature=1.0, seed=seed))
+            return [e.token_id for e in s.complete("hello world the code", settings) if isinstance(e, TokenEvent)]
+
+        a, b, c = text(7), text(7), text(8)
+        assert a == b and a != c
+    finally:
+        s.close()
+
+
+def test_a_failing_rewind_does_not_hide_the_error_that_stopped_the_loop(tiny, monkeypatch):
+    s = Session(tiny["target"], None, calibrate=False)
+    try:
+        trims = []
+
+        def broken_truncate(n):
+            trims.append(n)
+            raise RuntimeError("and the cache could not be trimmed")
+
+        def broken_check(token):
+            # After the verify pass, before the rewind: the cache holds more than the context.
+            monkeypatch.setattr(s.target, "truncate", broken_truncate)
+            raise EngineError("the end-of-generation check broke")
+
+        monkeypatch.setattr(s.target, "is_eog", broken_check)
+        with pytest.raises(EngineError, match="check broke"):
+            list(s.complete("hello world the code", GenerationSettings(draft_max=0, max_tokens=10)))
+        assert trims  # the rewind was attempted, failed, and the first error still came out
+    finally:
+        monkeypatch.undo()
+        s.close()
