@@ -2,14 +2,34 @@
 
 Target (p) and drafter (q) distributions both come from `distribution()` with the same
 settings, so the min(1, p/q) test and the residual norm(max(0, p - q)) are taken between
-like and like. Order of transforms as in llama.cpp's default chain: top-k, top-p and min-p
-on the raw softmax, then temperature on what survives.
+like and like.
+
+The transforms are llama.cpp's common sampler chain (top-k, top-p, min-p, temperature, dist):
+top-k, top-p and min-p cut the untempered softmax, temperature reshapes what survives.
+tests/test_sampling_oracle.py holds every kept set and probability to llama.cpp's own chain.
+The only differences are in arithmetic: the kept probabilities and the top-p sums are float64
+here (float32 there), so a token whose running sum lands within ~1e-6 of top-p, or whose logit
+lies within a float32 rounding of the min-p floor, may fall on the other side of the cut.
+
+Speed (a GPU token step takes a few ms, so Python per row must stay well below that): nothing
+sorts the whole vocabulary. A threshold on the logits finds a small set that surely holds every
+kept token, and only that set is sorted; the one full-vocabulary pass left is the softmax
+normaliser that top-p needs when top-k is off (float32 exponentials, float64 sum).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+#: Top-k looks for a threshold in every _STRIDE-th logit.
+_STRIDE = 64
+#: Thresholds on exp(logit - top) tried in turn for a set that holds the top-p mass (0: everything).
+_MASS_STEPS = (1e-4, 0.0)
+#: Top-p bins per unit of logit: only the bin where the running mass crosses top-p gets sorted.
+_BINS = 16.0
+#: Block size of the two-level draw: no cumulative sum over the whole vocabulary.
+_BLOCK = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +65,8 @@ class Distribution:
     """A sparse probability distribution: the tokens that survived the transforms."""
 
     ids: np.ndarray
-    """Token ids, most likely first."""
+    """Token ids, the most likely first, the rest in no particular order (sorting a vocabulary
+    is what this module avoids)."""
     probs: np.ndarray
     """Their probabilities (float64, sum 1)."""
 
@@ -63,36 +84,107 @@ class Distribution:
 
 
 def _draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    cdf = np.cumsum(probs)
-    return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(probs) - 1)
+    """Inverse-CDF draw with one uniform number, in two levels: block sums, then one block."""
+    starts = np.arange(0, probs.size, _BLOCK)
+    cdf = np.cumsum(np.add.reduceat(probs, starts))
+    u = rng.random() * cdf[-1]
+    b = min(int(np.searchsorted(cdf, u, side="right")), cdf.size - 1)
+    if b:
+        u -= cdf[b - 1]
+    inner = np.cumsum(probs[starts[b] : starts[b] + _BLOCK])
+    return int(starts[b]) + min(int(np.searchsorted(inner, u, side="right")), inner.size - 1)
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     """The sampling distribution for one row of logits under `params` (temperature > 0)."""
-    n = logits.shape[0]
+    row = np.asarray(logits)
+    n = row.shape[0]
+    top = row.max()
+    # min-p keeps logit >= top + log(min_p), in the row's own precision as llama.cpp does
+    floor = top + np.log(row.dtype.type(params.min_p)) if params.min_p > 0.0 else -np.inf
+    # 1. a pool that holds every kept token, with weights exp(logit - top) and the top-p normaliser
     if 0 < params.top_k < n:
-        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+        ids = _top_k(row, params.top_k)
+        weights = np.exp(row[ids].astype(np.float64) - float(top))
+        z = float(weights.sum())
+    elif params.top_p < 1.0:
+        e = np.exp(row - top)  # the one full-vocabulary pass: top-p needs the normaliser
+        z = float(e.sum(dtype=np.float64))
+        ids = np.flatnonzero(row >= floor) if params.min_p > 0.0 else _mass_set(e, params.top_p * z)
+        weights = np.exp(row[ids].astype(np.float64) - float(top))
+        # the pool's share of the normaliser in float64 too: float32 is left only in the tail
+        z += float(weights.sum()) - float(e[ids].sum(dtype=np.float64))
+    elif params.min_p > 0.0:
+        ids = np.flatnonzero(row >= floor)
     else:
-        ids = np.arange(n)
-    vals = logits[ids].astype(np.float64)
-    order = np.argsort(-vals, kind="stable")
-    ids, vals = ids[order], vals[order]
-    probs = np.exp(vals - vals[0])
-    probs /= probs.sum()
-    keep = len(probs)
+        return _uncut(row, top, params.temperature)
+    # 2. the cuts: each keeps a top set, so applying them one after the other is their order
     if params.top_p < 1.0:
-        keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1)
+        ids = _top_p(row, top, ids, weights, params.top_p * z)
     if params.min_p > 0.0:
-        keep = min(keep, max(1, int(np.count_nonzero(probs >= params.min_p * probs[0]))))
-    ids, vals = ids[:keep], vals[:keep]
-    tempered = np.exp((vals - vals[0]) / params.temperature)
+        ids = ids[row[ids] >= floor]
+    # 3. temperature on what survives; the most likely token first
+    best = int(np.argmax(row[ids]))
+    ids[[0, best]] = ids[[best, 0]]
+    tempered = np.exp((row[ids].astype(np.float64) - float(top)) / params.temperature)
     return Distribution(ids.astype(np.int64), tempered / tempered.sum())
+
+
+def _top_k(row: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits, unordered. A strided sample's few largest give a threshold
+    that a few hundred tokens pass, and only those are partitioned (the whole row if too few)."""
+    sample = row[::_STRIDE]
+    j = min(k // _STRIDE + 4, sample.size)
+    near = np.flatnonzero(row >= np.partition(sample, sample.size - j)[sample.size - j])
+    if near.size < k:
+        near = np.arange(row.shape[0])
+    return near[np.argpartition(row[near], near.size - k)[near.size - k :]]
+
+
+def _mass_set(e: np.ndarray, mass: float) -> np.ndarray:
+    """Ids of a top set (everything above a threshold) whose weights sum to at least `mass`:
+    the top-p prefix lies inside it."""
+    for step in _MASS_STEPS:
+        ids = np.flatnonzero(e >= step)
+        if float(e[ids].sum(dtype=np.float64)) >= mass:
+            break
+    return ids
+
+
+def _top_p(row: np.ndarray, top: float, ids: np.ndarray, weights: np.ndarray, mass: float) -> np.ndarray:
+    """The shortest prefix of `ids` in descending logit order whose weights reach `mass`, found
+    without sorting the pool: bins of 1/_BINS logit take whole bins while the running mass stays
+    below `mass`, and only the bin where it crosses is sorted."""
+    if float(weights.sum()) < mass:  # only float rounding gets here: everything is kept
+        return ids
+    bins = ((top - row[ids]) * row.dtype.type(_BINS)).astype(np.int64)
+    before = np.cumsum(np.bincount(bins, weights=weights))
+    b = int(np.searchsorted(before, mass))
+    edge = np.flatnonzero(bins == b)
+    edge = edge[np.argsort(-row[ids[edge]], kind="stable")]
+    short = mass - (before[b - 1] if b else 0.0)
+    m = int(np.searchsorted(np.cumsum(weights[edge]), short)) + 1
+    return np.concatenate([ids[bins < b], ids[edge[:m]]])
+
+
+def _uncut(row: np.ndarray, top: float, temperature: float) -> Distribution:
+    """Nothing is cut: the whole vocabulary, in id order with the most likely token swapped
+    to the front (float32 exponentials, float64 normalisation)."""
+    probs = np.exp((row - top) / row.dtype.type(temperature)).astype(np.float64)
+    probs /= probs.sum()
+    ids = np.arange(row.shape[0], dtype=np.int64)
+    best = int(np.argmax(row))
+    ids[[0, best]] = ids[[best, 0]]
+    probs[[0, best]] = probs[[best, 0]]
+    return Distribution(ids, probs)
 
 
 def softmax_prob(logits: np.ndarray, token: int) -> float:
     """Plain softmax probability of one token (what greedy decoding reports as p and q)."""
-    top = float(logits.max())
-    return float(np.exp(float(logits[token]) - top) / np.exp(logits - top, dtype=np.float64).sum())
+    row = np.asarray(logits)
+    top = row.max()
+    z = float(np.exp(row - top).sum(dtype=np.float64))
+    return float(np.exp(float(row[token]) - float(top))) / z
 
 
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
@@ -105,23 +197,28 @@ def accept_draft_token(p: Distribution, q: Distribution | None, token: int, rng:
     """Speculative sampling's test: keep `token` with probability min(1, p(x) / q(x)).
 
     q None means the drafter proposed `token` deterministically (prompt lookup): q(x) = 1.
+    Written u * q(x) < p(x), so q(x) = 0 (a token the drafter could not have sampled) keeps
+    the token exactly when the target allows it, without dividing by zero.
     """
-    px = p.prob(token)
     qx = 1.0 if q is None else q.prob(token)
-    if qx <= 0.0:  # cannot happen for a token the drafter sampled; be safe, not sorry
-        return px > 0.0
-    return rng.random() < min(1.0, px / qx)
+    return rng.random() * qx < p.prob(token)
 
 
 def sample_residual(p: Distribution, q: Distribution | None, token: int, n_vocab: int, rng: np.random.Generator) -> int:
-    """After a rejection: sample from norm(max(0, p - q)) over the full vocabulary."""
-    residual = p.dense(n_vocab)
+    """After a rejection: sample from norm(max(0, p - q)).
+
+    The residual lives on p's support, so it is computed there; q is read through one scratch
+    array sized for the larger of the two vocabularies (a drafter's may exceed the target's
+    n_vocab). With q None (prompt lookup, q a point mass on `token`) the residual is p without
+    `token`.
+    """
     if q is None:
-        residual[token] = 0.0
+        residual = np.where(p.ids == token, 0.0, p.probs)
     else:
-        residual -= q.dense(n_vocab)
-        np.maximum(residual, 0.0, out=residual)
-    if residual.sum() <= 0.0:  # p == q exactly: rejection had probability 0
-        return p.sample(rng)
+        scratch = np.zeros(max(n_vocab, int(q.ids.max()) + 1, int(p.ids.max()) + 1))
+        scratch[q.ids] = q.probs
+        residual = np.maximum(p.probs - scratch[p.ids], 0.0)
     support = np.flatnonzero(residual)
-    return int(support[_draw(residual[support], rng)])
+    if not support.size:  # p == q: a rejection had probability 0
+        return p.sample(rng)
+    return int(p.ids[support[_draw(residual[support], rng)]])
