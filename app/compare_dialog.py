@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.decoding.events import DoneEvent, RoundEvent, Stats, TokenEvent
+from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, Stats, TokenEvent
 
 from .chat_view import ChatView, ViewOptions
 from .controller import ChatController, CompareRuns, drafter_label
@@ -169,6 +169,10 @@ class CompareDialog(QDialog):
         parts = [f"Note: {html.escape(' '.join(self.runs.notes))}"] if self.runs and self.runs.notes else []
         if spec is None or plain is None:
             parts.append("One of the runs did not finish, so there is nothing to compare.")
+            self.verdict.setText(" ".join(parts))
+            return
+        if FinishReason.CANCELLED in (spec.finish_reason, plain.finish_reason):
+            parts.append("A run was stopped before it finished, so the speeds are not comparable.")
             self.verdict.setText(" ".join(parts))
             return
         a, b = spec.stats.tokens_per_s, plain.stats.tokens_per_s

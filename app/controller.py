@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal

@@ -126,6 +126,9 @@ class EngineWorker(QObject):
             except Exception as exc:  # noqa: BLE001 - the old drafter stays in place
                 self.sig_load_failed.emit(req, exc, self._info)
                 return
+            if self._closing:  # the window closed while the drafter loaded
+                self._close()
+                return
             self._loaded(current, req, t0)
             return
         self._close()
