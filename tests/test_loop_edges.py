@@ -120,3 +120,21 @@ def test_a_failing_rewind_does_not_hide_the_error_that_stopped_the_loop(tiny, mo
     finally:
         monkeypatch.undo()
         s.close()
+
+
+def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path):
+    from engine.decoding import threads
+
+    sysfs = tmp_path / "cpu"
+    for cpu, siblings in {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"}.items():  # 2 cores, 2 hyper-threads each
+        (sysfs / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    assert threads.physical_cores({0, 1, 2, 3}, sysfs) == 2
+    assert threads.physical_cores({0, 2}, sysfs) == 1  # affinity to one core's two threads
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cpu.max").write_text("150000 100000\n")
+    assert threads.cgroup_cpu_limit(cg) == 1.5
+    (cg / "cpu.max").write_text("max 100000\n")
+    assert threads.cgroup_cpu_limit(cg) is None
+    assert 1 <= threads.default_threads() <= threads.default_batch_threads()

@@ -18,6 +18,7 @@ import numpy as np
 
 import llama_cpp as lc
 
+from engine.decoding.threads import default_batch_threads, default_threads
 from engine.errors import ContextFullError, EngineError, ModelLoadError
 from engine.gguf_check import validate_gguf
 
@@ -77,7 +78,9 @@ class LoadSettings:
     n_gpu_layers: int = -1
     """Layers to offload to a GPU (-1 = all; ignored by a CPU-only build)."""
     n_threads: int | None = None
-    """CPU threads (None = all cores)."""
+    """CPU threads for generating tokens (None = physical cores, as llama.cpp chooses: engine.decoding.threads)."""
+    n_threads_batch: int | None = None
+    """CPU threads for batches: prompts and verification blocks (None = every CPU the process may use)."""
     n_batch: int = 512
     """Largest batch handed to one llama_decode."""
     extra_buffers: bool | None = None
@@ -112,7 +115,8 @@ class LlamaModel:
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
-        n_threads = settings.n_threads or os.cpu_count() or 1
+        n_threads = settings.n_threads or default_threads()
+        n_threads_batch = settings.n_threads_batch or max(n_threads, default_batch_threads())
         n_ctx = settings.n_ctx or lc.llama_model_n_ctx_train(self._model)
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -120,7 +124,7 @@ class LlamaModel:
         cparams.n_ubatch = settings.n_batch
         cparams.n_seq_max = 1
         cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
+        cparams.n_threads_batch = n_threads_batch
         cparams.no_perf = True
         cparams.swa_full = True  # sliding-window models must be able to roll back a rejected draft
         self._ctx = lc.llama_init_from_model(self._model, cparams)

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine.frontends.options import draft_max_arg, load_settings
+from engine.frontends.options import add_thread_options, draft_load_settings, draft_max_arg, load_settings
 from engine.paths import resources_dir
 
 DEFAULT_PROMPTS = resources_dir() / "bench" / "prompts.jsonl"
@@ -24,7 +24,7 @@ def register(sub) -> None:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--categories", default=None, help="only these categories (comma-separated)")
     b.add_argument("--ctx", type=int, default=4096)
-    b.add_argument("--threads", type=int, default=None)
+    add_thread_options(b)
     b.add_argument("--gpu-layers", type=int, default=-1)
     b.add_argument("--traces", type=Path, default=None,
                    help="also write replayable traces of every prompt (JSONL) for tests/test_replay.py")
@@ -53,7 +53,7 @@ def cmd_bench(args) -> int:
             raise EngineError(f"no prompts in the categories {sorted(wanted)}")
     if args.repeats < 1 or args.max_tokens < 1:
         raise EngineError("--repeats and --max-tokens must be at least 1")
-    session = Session(args.target, None, target_load=load_settings(args))
+    session = Session(args.target, None, target_load=load_settings(args), draft_load=draft_load_settings(args))
     try:
         for v in variants:  # load and check every drafter before the long run starts
             session.set_drafter(v.draft)

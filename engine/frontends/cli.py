@@ -11,7 +11,9 @@ import sys
 from collections.abc import Sequence
 
 from engine.errors import EngineError
-from engine.frontends.options import add_model_options, add_sampling_options, generation_settings, load_settings
+from engine.frontends.options import (
+    add_model_options, add_sampling_options, draft_load_settings, generation_settings, load_settings,
+)
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
 
 EXIT_BAD_INPUT = 2
@@ -36,7 +38,7 @@ def cmd_generate(args) -> int:
     from engine.decoding.session import Session
 
     settings = generation_settings(args)
-    session = Session(args.target, args.draft, target_load=load_settings(args))
+    session = Session(args.target, args.draft, target_load=load_settings(args), draft_load=draft_load_settings(args))
     try:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})

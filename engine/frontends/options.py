@@ -23,7 +23,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default="none",
                    help="drafter: a GGUF file, 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or 'none'")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    add_thread_options(p)
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload to the GPU (-1 = all, 0 = none)")
 
 
@@ -38,10 +38,28 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
 
 
+def add_thread_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for generating (default: physical cores, as llama.cpp; affinity and cgroup quota respected)")
+    p.add_argument("--threads-batch", type=int, default=None,
+                   help="CPU threads for prompts and verification blocks (default: every CPU the process may use)")
+    p.add_argument("--draft-threads", type=int, default=None, help="CPU threads for the drafter model (default: as --threads)")
+
+
 def load_settings(args):
     from engine.decoding.llama_backend import LoadSettings
 
-    return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                        n_threads_batch=getattr(args, "threads_batch", None))
+
+
+def draft_load_settings(args):
+    """The drafter's load settings: the target's, with its own thread count if one was given."""
+    from dataclasses import replace
+
+    base = load_settings(args)
+    n = getattr(args, "draft_threads", None)
+    return replace(base, n_threads=n) if n else None
 
 
 def generation_settings(args):

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.decoding.threads import default_threads
 from engine.gguf_check import GGUFInfo, validate_gguf
 
 #: Fixed overhead per loaded model beyond the parts computed below (context, graph, scratch).
@@ -104,10 +105,8 @@ class MemoryEstimate:
 
 # -- machine -------------------------------------------------------------------------------------
 def cpu_threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """Threads the engine uses by default (physical cores within affinity and quota)."""
+    return default_threads()
 
 
 def _meminfo() -> dict[str, int]:
