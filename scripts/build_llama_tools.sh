@@ -36,13 +36,31 @@ mkdir -p "$SRC"
 SDIST="${LLAMA_CPP_SDIST:-$SRC/llama_cpp_python-$VERSION.tar.gz}"
 if [ ! -f "$SDIST" ]; then
     echo "==> Downloading the llama-cpp-python $VERSION source distribution"
-    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$SRC" "llama-cpp-python==$VERSION"
+    "$PY" -m pip download -q --no-deps --no-binary llama-cpp-python -d "$SRC" "llama-cpp-python==$VERSION"
     SDIST="$SRC/llama_cpp_python-$VERSION.tar.gz"
 fi
 LLAMA="$SRC/llama_cpp_python-$VERSION/vendor/llama.cpp"
 if [ ! -f "$LLAMA/CMakeLists.txt" ]; then
     echo "==> Unpacking $SDIST"
-    tar -xzf "$SDIST" -C "$SRC" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+    # All of it: vendor/llama.cpp's commit (printed by the tools) is read from the sdist's .git.
+    tar -xzf "$SDIST" -C "$SRC"
+fi
+
+# llama-speculative-simple prints its reply and its summary through llama.cpp's asynchronous log,
+# which is leaked, never flushed, at exit (see ggml-org/llama.cpp#22142): one run in six, under
+# load, lost its last lines here. Flush it at exit; nothing else in llama.cpp is changed.
+SPEC_MAIN="$LLAMA/examples/speculative-simple/speculative-simple.cpp"
+if ! grep -q "common_log_flush" "$SPEC_MAIN"; then
+    "$PY" - "$SPEC_MAIN" <<'PATCH'
+import sys
+path = sys.argv[1]
+text = open(path, encoding="utf-8").read()
+anchor = "    common_init();\n"
+if text.count(anchor) != 1:
+    sys.exit(f"error: unexpected {path}: cannot add the log flush")
+flush = "    std::atexit([] { common_log_flush(common_log_main()); }); // added by Draftlight's build script\n"
+open(path, "w", encoding="utf-8").write(text.replace(anchor, anchor + flush))
+PATCH
 fi
 
 # 2. Configure: static libraries, so the two binaries need nothing beside them.
@@ -64,12 +82,13 @@ for t in "${TOOLS[@]}"; do
     cp -f "$BUILD/bin/$t" "$OUT/$t"
 done
 
-# 4. Record what was built (tests/test_native.py checks the tools report the wheel's CPU features).
+# 4. Record what was built, beside the wheel's CPU features (none of the tools prints its own).
 COMMIT="$(git -C "$LLAMA" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 WHEEL_FEATURES="$("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' 2>/dev/null || true)"
 {
     echo "llama-cpp-python $VERSION, vendored llama.cpp $COMMIT"
     echo "cmake: -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF ${CMAKE_ARGS:-}"
+    grep -o "CPU backend variant.*" "$OUT/configure.log" || true
     echo "wheel CPU features: ${WHEEL_FEATURES:-unknown}"
 } >"$OUT/BUILD_INFO"
 cat "$OUT/BUILD_INFO"
