@@ -138,3 +138,18 @@ def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path):
     (cg / "cpu.max").write_text("max 100000\n")
     assert threads.cgroup_cpu_limit(cg) is None
     assert 1 <= threads.default_threads() <= threads.default_batch_threads()
+
+
+def test_auto_says_when_it_carries_over_and_the_benchmark_reset_forgets(tiny):
+    s = Session(tiny["target"], str(tiny["drafter"]))
+    try:
+        settings = GenerationSettings(draft_max="auto", max_tokens=12)
+        first = list(s.complete("hello world", settings))[-1].stats
+        second = list(s.complete("the model is fast", settings))[-1].stats
+        assert first.auto_rounds_before == 0 and second.auto_rounds_before == first.rounds
+        s.reset_state()
+        assert list(s.complete("the model is fast", settings))[-1].stats.auto_rounds_before == 0
+        fixed = list(s.complete("the model is fast", GenerationSettings(draft_max=2, max_tokens=12)))[-1].stats
+        assert fixed.auto_rounds_before == 0
+    finally:
+        s.close()

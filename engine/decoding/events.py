@@ -154,6 +154,8 @@ class Stats:
     """How the draft length was chosen: 'auto', 'fixed k=N' or 'none'."""
     note: str = ""
     """Anything the user should know (fallback to plain decoding, turns dropped, ...)."""
+    auto_rounds_before: int = 0
+    """Auto: rounds it had already learned from in this session when the reply started (0 = fresh)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)

@@ -255,7 +255,7 @@ class Session:
     # -- replies ----------------------------------------------------------------
     def policy_for(self, settings: GenerationSettings) -> DraftPolicy:
         """Auto keeps what it learned across replies of this session (per drafter): a new reply
-        starts from the acceptance it saw last, and the reply's note says so."""
+        starts from the acceptance it saw last (its stats say from how many rounds)."""
         if self.drafter is None:
             return NoDraft()
         if settings.draft_max == "auto":
@@ -280,13 +280,9 @@ class Session:
             self.drafter.p_min = settings.p_min
         elif isinstance(self.drafter, CombinedDrafter):
             self.drafter.model.p_min = settings.p_min
-        policy = self.policy_for(settings)
-        notes = list(notes)
-        if isinstance(policy, AutoK) and policy.rounds_seen:
-            notes.append(f"Auto started from what it learned in {policy.rounds_seen} earlier rounds of this session")
         return generate(
             self.target, tokens, settings.sampling,
-            drafter=self.drafter, policy=policy, max_tokens=settings.max_tokens,
+            drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
         )
 

@@ -254,7 +254,7 @@ def generate(
     policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
     rng = np.random.default_rng(params.seed)
-    stats = StatsTracker(policy.label, target, drafter)
+    stats = StatsTracker(policy.label, target, drafter, getattr(policy, "rounds_seen", 0))
     if len(prompt) >= target.n_ctx:
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 

@@ -20,9 +20,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 class StatsTracker:
-    def __init__(self, draft_mode: str, target, drafter) -> None:
+    def __init__(self, draft_mode: str, target, drafter, learned_rounds: int = 0) -> None:
         self.t0 = time.perf_counter()
         self.draft_mode = draft_mode
+        self.learned_rounds = learned_rounds
         self.target = target
         self._target_passes0, self._target_decode0 = target.passes, target.decode_s
         model = getattr(drafter, "model", None)
@@ -119,4 +120,5 @@ class StatsTracker:
             estimated_speedup=(tps / plain) if plain and tps else None,
             draft_mode=self.draft_mode,
             note=note,
+            auto_rounds_before=self.learned_rounds,
         )
