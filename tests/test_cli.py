@@ -74,21 +74,36 @@ def test_bench_writes_reports(tiny, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(
         json.dumps({"prompt": "hello world", "category": "chat"}) + "\n"
-        + json.dumps({"prompt": "def return class", "category": "code"}) + "\n"
+        + json.dumps({"category": "code", "messages": [
+            {"role": "user", "content": "def return class"}, {"role": "assistant", "content": "def return class import"},
+            {"role": "user", "content": "again: def return class"}]}) + "\n"
     )
     out = tmp_path / "out"
-    r = engine("bench", "--target", str(tiny["target"]), "--draft", f"{tiny['drafter']},lookup,auto",
-               "--prompts", str(prompts), "--max-tokens", "12", "--repeats", "2", "--out", str(out))
+    r = engine("bench", "--target", str(tiny["target"]), "--draft", f"{tiny['drafter']}@2,{tiny['drafter']}@auto,lookup,auto",
+               "--prompts", str(prompts), "--max-tokens", "12", "--repeats", "2", "--out", str(out),
+               "--traces", str(out / "traces.jsonl"))
     assert r.returncode == 0, r.stderr
     report = json.loads((out / "report.json").read_text())
     table = report["summary"]["table"]
     assert set(report["summary"]["categories"]) == {"chat", "code"}
     variants = set(table["all"])
-    assert "plain" in variants and "auto" in variants and len(variants) == 4
+    assert variants == {"plain", "auto", "lookup k=auto", "tiny-drafter k=2", "tiny-drafter k=auto"}
     assert all(row["greedy_equal"] in (None, "4/4") for row in table["all"].values())
-    assert len(report["runs"]) == 2 * 2 * 4
+    # Auto rows compare with the best fixed k of the same drafter; fixed rows have no such column.
+    assert table["all"]["tiny-drafter k=auto"]["auto_vs_best_fixed"] > 0
+    assert table["all"]["tiny-drafter k=2"]["auto_vs_best_fixed"] is None
+    runs = report["runs"]
+    assert len(runs) == 2 * 2 * 5
+    assert all(run["rounds"] and run["python_ms_per_token"] > 0 for run in runs)
+    fixed = [run for run in runs if run["variant"] == "tiny-drafter k=2"]
+    assert all(drafted <= k <= 2 for run in fixed for k, drafted, *_ in run["rounds"])  # k shrinks only at the end
+    assert sum(k == 2 for run in fixed for k, *_ in run["rounds"]) >= 4
     assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| all | plain |" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "| all | plain |" in md and "Auto / best fixed k" in md
+    head, *traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert head["verify_ms"]["1"] > 0 and len(traces) == 2
+    assert all(len(t["model_match"]) > 0 for t in traces)
 
 
 def test_bench_rejects_a_bad_prompts_file(tiny, tmp_path):

@@ -30,6 +30,13 @@ class BenchPrompt:
     id: str
     category: str
     prompt: str
+    """The last user message."""
+    history: tuple[dict[str, str], ...] = ()
+    """Earlier turns of a multi-turn chat (role, content), oldest first."""
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        return [*map(dict, self.history), {"role": "user", "content": self.prompt}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +108,16 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise EngineError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if isinstance(obj, dict) and isinstance(obj.get("messages"), list) and obj["messages"]:
+            msgs = obj["messages"]
+            if not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") in ("system", "user", "assistant")
+                       for m in msgs) or msgs[-1]["role"] != "user":
+                raise EngineError(f"{path}:{n}: 'messages' must be role/content pairs ending with a user message")
+            obj = {**obj, "prompt": msgs[-1]["content"], "history": tuple({"role": m["role"], "content": m["content"]} for m in msgs[:-1])}
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("category"), str):
-            raise EngineError(f"{path}:{n}: each line needs a 'prompt' and a 'category' (strings)")
-        prompts.append(BenchPrompt(id=str(obj.get("id", f"{obj['category']}-{n}")), category=obj["category"], prompt=obj["prompt"]))
+            raise EngineError(f"{path}:{n}: each line needs a 'prompt' (or 'messages') and a 'category' (strings)")
+        prompts.append(BenchPrompt(id=str(obj.get("id", f"{obj['category']}-{n}")), category=obj["category"], prompt=obj["prompt"],
+                                   history=obj.get("history", ())))
     if not prompts:
         raise EngineError(f"{path} holds no prompts")
     return prompts
@@ -139,7 +153,7 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     seconds: list[tuple[int | None, float | None]] = []
     rounds: list[tuple[int, int, int, float, float, str]] = []
     done: DoneEvent | None = None
-    for ev in session.chat([{"role": "user", "content": prompt.prompt}], settings):
+    for ev in session.chat(prompt.messages, settings):
         if isinstance(ev, RoundEvent):
             rounds.append((ev.k, len(ev.drafted), ev.accepted, round(ev.draft_s, 6), round(ev.verify_s, 6), ev.drafter.value))
         elif isinstance(ev, TokenEvent):
@@ -379,7 +393,7 @@ def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Seq
     traces = []
     for p in prompts:
         plain = next(r for r in results if r.prompt_id == p.id and r.variant == PLAIN)
-        tokens = session.render([{"role": "user", "content": p.prompt}]).tokens
+        tokens = session.render(p.messages).tokens
         traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model))
     c = session.costs
     header = {"machine": machine_description(), "units": "ms",
