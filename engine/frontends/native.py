@@ -240,7 +240,8 @@ def speculative(
     timeout: float = 1800,
 ) -> SpecResult:
     """Greedy speculative decoding of `prompt_file` (already-rendered chat text, read as is:
-    special tokens parsed, no escapes processed) with llama.cpp's own loop.
+    special tokens parsed, no escapes processed) with llama.cpp's own loop. llama.cpp puts BOS
+    in front when the model asks for one, so the file should not start with it.
 
     `spec_type` defaults to draft-simple when a drafter is given; without one it must be an
     ngram-* type. `draft_max` goes to that type's own length flag (ngram-cache has none)."""
@@ -269,7 +270,7 @@ def speculative(
         cmd = [
             str(tools.speculative), "-m", str(target), "-f", str(copy), "-n", str(n_predict),
             "-t", str(threads), "-tb", str(threads), "-c", str(ctx_size), "-s", str(seed),
-            "--temp", "0", "--top-k", "1", "--no-escape", "-co", "off", "-lv", "4",
+            "--temp", "0", "--top-k", "1", "--no-escape", "-co", "off",
             "--spec-type", spec_type, *length_args,
         ]
         if drafter is not None:
