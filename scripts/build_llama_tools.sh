@@ -8,7 +8,8 @@
 #
 # CPU build, Release, llama.cpp's default CPU flags (GGML_NATIVE, i.e. -march=native), which is
 # what `pip install llama-cpp-python` compiles when CMAKE_ARGS is unset. If the wheel was built
-# with CMAKE_ARGS, export the same CMAKE_ARGS here. Takes about 6-10 minutes on 2 cores.
+# with CMAKE_ARGS, export the same CMAKE_ARGS here. Compiling takes 12 CPU-minutes: about 7 minutes
+# on 2 idle cores, 18.5 measured on 2 busy shared ones. Re-running after a change takes seconds.
 #
 # Environment: PYTHON (the interpreter whose llama-cpp-python to match; default .venv/bin/python),
 # LLAMA_CPP_SDIST (a llama_cpp_python-X.tar.gz to use instead of `pip download`),

@@ -148,7 +148,7 @@ def locate(folder: str | Path | None = None) -> NativeTools:
     if missing:
         raise EngineError(
             f"{' and '.join(missing)} not found in {folder}: build them with `{BUILD_SCRIPT} {folder}` "
-            "(about 10 minutes on 2 cores)"
+            "(12 CPU-minutes: 7-20 minutes on 2 cores)"
         )
     return NativeTools(folder, found[BENCH], found[SPECULATIVE])
 
