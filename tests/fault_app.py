@@ -95,17 +95,16 @@ def zygote() -> None:
     for command in sys.stdin:
         mode, fifo = command.split()
         pid = os.fork()
-        if pid == 0:
-            out = os.open(fifo, os.O_WRONLY)
-            os.dup2(out, 1)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            sys.stdout = os.fdopen(1, "w", buffering=1)
+        if pid == 0:  # the child never returns into this loop, whatever happens
+            code = 1
             try:
+                os.dup2(os.open(fifo, os.O_WRONLY), 1)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+                sys.stdout = os.fdopen(1, "w", buffering=1)
                 code = run(mode)
-            finally:
                 sys.stdout.flush()
-            os._exit(code)
+            finally:
+                os._exit(code)
         say("pid", pid)
         _, status = os.waitpid(pid, 0)
         say("exit", status)

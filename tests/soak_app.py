@@ -71,6 +71,7 @@ def main() -> int:
         c.send("the model is fast")
         wait(lambda: not c.busy)
     base = rss_mb()
+    print(f"  warm-up done: {base:.1f} MB", flush=True)
     t0 = time.monotonic()
     stopped = 0
     for i in range(args.cycles):
@@ -82,6 +83,8 @@ def main() -> int:
         wait(lambda: not c.busy)
         if i % 25 == 24:
             c.new_conversation()  # keep prompts short: this measures the app, not the context
+        if i % 10 == 9:
+            print(f"  cycle {i + 1}: {rss_mb():.1f} MB ({time.monotonic() - t0:.0f} s)", flush=True)
     after_cycles = rss_mb()
     t1 = time.monotonic()
     targets = [str(args.other), str(args.target)]
@@ -90,6 +93,7 @@ def main() -> int:
         c.update_settings(target=targets[i % 2])
         wait(lambda: c.loaded is not before and c.loading is None and c.loaded is not None
              and str(c.loaded.request.target) == targets[i % 2])
+        print(f"  switch {i + 1}: {rss_mb():.1f} MB ({time.monotonic() - t1:.0f} s)", flush=True)
     after_switches = rss_mb()
     t2 = time.monotonic()
     w.close()
