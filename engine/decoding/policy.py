@@ -38,6 +38,8 @@ from engine.decoding.events import DraftKind
 PROBE_K = 2
 #: Share of decoding time that probing may cost while drafting is off.
 PROBE_BUDGET = 0.015
+#: Weight of the optimism bonus on acceptance estimates backed by few judgements.
+OPTIMISM = 0.15
 #: Margin a draft must win by over plain decoding.
 MARGIN = 1.02
 
@@ -248,15 +250,22 @@ class Acceptance:
     over a window of recent judgements."""
 
     def __init__(self, k_max: int, window: int = 32, pooled_window: int = 32, prior: float = 0.6,
-                 prior_weight: float = 3.0, own_after: int = 8) -> None:
+                 prior_weight: float = 3.0, own_after: int = 8, parent: "Acceptance | None" = None) -> None:
         # A fresh drafter starts as fair, worth three judgements: enough to try it, not enough for
         # a few unlucky rounds to turn it off (tuned on replayed traces: tests/test_replay.py).
         self.prior, self.prior_weight, self.own_after = prior, prior_weight, own_after
+        # Lookup drafts are learned per match length, which would make every length start from
+        # scratch: each starts from what all lookup drafts did instead (its parent).
+        self.parent = parent
         self.at: list[deque[int]] = [deque(maxlen=window) for _ in range(k_max)]
         self.pooled: deque[int] = deque(maxlen=pooled_window)
 
     def pooled_value(self) -> float:
-        return (sum(self.pooled) + self.prior * self.prior_weight) / (len(self.pooled) + self.prior_weight)
+        prior = self.parent.pooled_value() if self.parent is not None else self.prior
+        mean = (sum(self.pooled) + prior * self.prior_weight) / (len(self.pooled) + self.prior_weight)
+        # Optimism while evidence is thin (an upper confidence bound): a short draft teaches little
+        # about the positions after it, so without this Auto would creep up to long drafts.
+        return min(0.99, mean + OPTIMISM / math.sqrt(len(self.pooled) + self.prior_weight))
 
     def value(self, j: int) -> float:
         """a_j: a position's own window once it has enough judgements, shrunk towards the pooled
@@ -275,6 +284,8 @@ class Acceptance:
         return total
 
     def observe(self, verified: int, accepted: int) -> None:
+        if self.parent is not None:
+            self.parent.observe(verified, accepted)
         # Position j is judged only when all before it were accepted.
         for j in range(min(verified, accepted + 1, len(self.at))):
             ok = 1 if j < accepted else 0
@@ -309,7 +320,8 @@ class AutoK(DraftPolicy):
 
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
-            self.tables[key] = Acceptance(self.k_max)
+            parent = self.table(DraftKey(key.kind)) if key.match else None
+            self.tables[key] = Acceptance(self.k_max, parent=parent)
         return self.tables[key]
 
     # -- the model -----------------------------------------------------------
