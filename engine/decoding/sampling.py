@@ -78,21 +78,22 @@ class Distribution:
         return int(self.ids[_draw(self.probs, rng)])
 
     def dense(self, n_vocab: int) -> np.ndarray:
-        out = np.zeros(n_vocab, dtype=np.float64)
+        out = np.zeros(n_vocab)
         out[self.ids] = self.probs
         return out
 
 
 def _draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Inverse-CDF draw with one uniform number, in two levels: block sums, then one block."""
+    """Inverse-CDF draw with one uniform number, in two levels: block sums, then one block.
+    (Searching all but the last running sum needs no clamp: past them all is the last.)"""
     starts = np.arange(0, probs.size, _BLOCK)
     cdf = np.cumsum(np.add.reduceat(probs, starts))
     u = rng.random() * cdf[-1]
-    b = min(int(np.searchsorted(cdf, u, side="right")), cdf.size - 1)
+    b = int(np.searchsorted(cdf[:-1], u, side="right"))
     if b:
         u -= cdf[b - 1]
     inner = np.cumsum(probs[starts[b] : starts[b] + _BLOCK])
-    return int(starts[b]) + min(int(np.searchsorted(inner, u, side="right")), inner.size - 1)
+    return int(starts[b]) + int(np.searchsorted(inner[:-1], u, side="right"))
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
@@ -100,18 +101,20 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     row = np.asarray(logits)
     n = row.shape[0]
     top = row.max()
+    k = min(params.top_k, n)
     # min-p keeps logit >= top + log(min_p), in the row's own precision as llama.cpp does
-    floor = top + np.log(row.dtype.type(params.min_p)) if params.min_p > 0.0 else -np.inf
-    # 1. a pool that holds every kept token, with weights exp(logit - top) and the top-p normaliser
-    if 0 < params.top_k < n:
-        ids = _top_k(row, params.top_k)
-        weights = np.exp(row[ids].astype(np.float64) - float(top))
+    with np.errstate(divide="ignore"):  # min_p = 0: no floor
+        floor = top + np.log(row.dtype.type(params.min_p))
+    # 1. a pool that holds every kept token, its weights exp(logit - top), the top-p normaliser z
+    if k > 0:
+        ids = _top_k(row, k)
+        weights = np.exp(row[ids] - np.float64(top))
         z = float(weights.sum())
     elif params.top_p < 1.0:
         e = np.exp(row - top)  # the one full-vocabulary pass: top-p needs the normaliser
         z = float(e.sum(dtype=np.float64))
         ids = np.flatnonzero(row >= floor) if params.min_p > 0.0 else _mass_set(e, params.top_p * z)
-        weights = np.exp(row[ids].astype(np.float64) - float(top))
+        weights = np.exp(row[ids] - np.float64(top))
         # the pool's share of the normaliser in float64 too: float32 is left only in the tail
         z += float(weights.sum()) - float(e[ids].sum(dtype=np.float64))
     elif params.min_p > 0.0:
@@ -121,12 +124,11 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     # 2. the cuts: each keeps a top set, so applying them one after the other is their order
     if params.top_p < 1.0:
         ids = _top_p(row, top, ids, weights, params.top_p * z)
-    if params.min_p > 0.0:
-        ids = ids[row[ids] >= floor]
+    ids = ids[row[ids] >= floor]
     # 3. temperature on what survives; the most likely token first
     best = int(np.argmax(row[ids]))
     ids[[0, best]] = ids[[best, 0]]
-    tempered = np.exp((row[ids].astype(np.float64) - float(top)) / params.temperature)
+    tempered = np.exp((row[ids] - np.float64(top)) / params.temperature)
     return Distribution(ids.astype(np.int64), tempered / tempered.sum())
 
 
@@ -153,26 +155,25 @@ def _mass_set(e: np.ndarray, mass: float) -> np.ndarray:
 
 def _top_p(row: np.ndarray, top: float, ids: np.ndarray, weights: np.ndarray, mass: float) -> np.ndarray:
     """The shortest prefix of `ids` in descending logit order whose weights reach `mass`, found
-    without sorting the pool: bins of 1/_BINS logit take whole bins while the running mass stays
-    below `mass`, and only the bin where it crosses is sorted."""
-    if float(weights.sum()) < mass:  # only float rounding gets here: everything is kept
-        return ids
+    without sorting the pool: bins of 1/_BINS logit are taken whole while the running mass stays
+    below `mass`, and only the bin where it crosses is sorted. (Float rounding may leave the
+    whole pool short of `mass`: then the last bin is the crossing one, and all of it is kept.)"""
     bins = ((top - row[ids]) * row.dtype.type(_BINS)).astype(np.int64)
-    before = np.cumsum(np.bincount(bins, weights=weights))
-    b = int(np.searchsorted(before, mass))
+    per_bin = np.bincount(bins, weights=weights)
+    before = np.cumsum(per_bin)
+    b = int(np.searchsorted(before[:-1], mass))
     edge = np.flatnonzero(bins == b)
-    edge = edge[np.argsort(-row[ids[edge]], kind="stable")]
-    short = mass - (before[b - 1] if b else 0.0)
-    m = int(np.searchsorted(np.cumsum(weights[edge]), short)) + 1
+    edge = edge[np.argsort(-row[ids[edge]])]
+    m = int(np.searchsorted(np.cumsum(weights[edge]), mass - before[b] + per_bin[b])) + 1
     return np.concatenate([ids[bins < b], ids[edge[:m]]])
 
 
 def _uncut(row: np.ndarray, top: float, temperature: float) -> Distribution:
     """Nothing is cut: the whole vocabulary, in id order with the most likely token swapped
     to the front (float32 exponentials, float64 normalisation)."""
-    probs = np.exp((row - top) / row.dtype.type(temperature)).astype(np.float64)
-    probs /= probs.sum()
-    ids = np.arange(row.shape[0], dtype=np.int64)
+    w = np.exp((row - top) / row.dtype.type(temperature))
+    probs = w / w.sum(dtype=np.float64)
+    ids = np.arange(row.shape[0])
     best = int(np.argmax(row))
     ids[[0, best]] = ids[[best, 0]]
     probs[[0, best]] = probs[[best, 0]]
@@ -208,16 +209,17 @@ def sample_residual(p: Distribution, q: Distribution | None, token: int, n_vocab
     """After a rejection: sample from norm(max(0, p - q)).
 
     The residual lives on p's support, so it is computed there; q is read through one scratch
-    array sized for the larger of the two vocabularies (a drafter's may exceed the target's
-    n_vocab). With q None (prompt lookup, q a point mass on `token`) the residual is p without
-    `token`.
+    array as long as the larger id (a drafter's vocabulary may exceed the target's n_vocab, which
+    is therefore not needed). With q None (prompt lookup, q a point mass on `token`) the
+    residual is p without `token`.
     """
+    residual = p.probs.copy()
     if q is None:
-        residual = np.where(p.ids == token, 0.0, p.probs)
+        residual[p.ids == token] = 0.0
     else:
-        scratch = np.zeros(max(n_vocab, int(q.ids.max()) + 1, int(p.ids.max()) + 1))
+        scratch = np.zeros(1 + max(int(q.ids.max()), int(p.ids.max())))
         scratch[q.ids] = q.probs
-        residual = np.maximum(p.probs - scratch[p.ids], 0.0)
+        residual = np.maximum(residual - scratch[p.ids], 0.0)
     support = np.flatnonzero(residual)
     if not support.size:  # p == q: a rejection had probability 0
         return p.sample(rng)
