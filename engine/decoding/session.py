@@ -239,6 +239,13 @@ class Session:
         except Exception as exc:  # a template is code from the file: it may not even compile
             return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"]
 
+    def render_text(self, messages: Sequence[dict[str, str]]) -> str:
+        """The conversation as the chat template renders it (what other tools can be given)."""
+        try:
+            return self._render([dict(m) for m in messages])
+        except Exception as exc:
+            raise EngineError(f"the model's chat template failed: {exc}") from None
+
     def _tokens_for(self, msgs: list[dict[str, str]]) -> list[int]:
         t = self.target
         facts = t.vocab_facts()

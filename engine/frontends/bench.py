@@ -174,6 +174,43 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NativeVariant:
+    """One of llama.cpp's own speculative modes (llama-speculative-simple), run on the same rendered
+    prompt, model files, threads and repacking as Draftlight's runs, interleaved with them."""
+
+    spec_type: str
+    draft_max: int | None = None
+    drafter: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"llama.cpp {self.spec_type}" + (f" k={self.draft_max}" if self.draft_max else "")
+
+
+def _native_run(session: Session, tools, prompt: BenchPrompt, v: NativeVariant, max_tokens: int, repeat: int) -> RunResult:
+    import tempfile
+
+    from engine.decoding.llama_backend import use_extra_buffers
+    from engine.frontends import native
+
+    text = session.render_text(prompt.messages)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as fh:
+        fh.write(text)
+    try:
+        r = native.speculative(tools, session.target.path, fh.name, n_predict=max_tokens,
+                               threads=session.target.n_threads, drafter=v.drafter, spec_type=v.spec_type,
+                               draft_max=v.draft_max, repack=use_extra_buffers(None))
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return RunResult(
+        prompt_id=prompt.id, category=prompt.category, variant=v.name, repeat=repeat, tokens=r.n_decoded,
+        tokens_per_s=r.tokens_per_s, acceptance_rate=r.n_accepted / r.n_drafted if r.n_drafted else 0.0,
+        mean_accepted_per_round=0.0, ttft_s=0.0, itl_p50_s=0.0, itl_p95_s=0.0, python_share=0.0,
+        estimated_speedup=None, finish_reason="native", wall_s=r.decode_seconds, family="llama.cpp", fixed=True,
+    )
+
+
 def run_bench(
     session: Session,
     prompts: Sequence[BenchPrompt],
@@ -181,19 +218,30 @@ def run_bench(
     max_tokens: int = 128,
     repeats: int = 3,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+    native: tuple[object, Sequence[NativeVariant]] | None = None,
 ) -> list[RunResult]:
+    """`native`: (tools, modes) to run llama.cpp's own speculative modes beside Draftlight's."""
     order: list[Variant | None] = [None, *variants]
+    tools, natives = native if native else (None, ())
     log(f"warm-up: {len(order)} runs")
     for v in order:
         _one_run(session, prompts[0], v, min(max_tokens, 16), -1)
     results = []
-    total = repeats * len(prompts) * len(order)
+    everything: list = [*order, *natives]
+    total = repeats * len(prompts) * len(everything)
     n = 0
     for r in range(repeats):
         for p in prompts:
-            shift = r % len(order)  # rotate so no variant always runs first after a prompt change
+            shift = r % len(everything)  # rotate so no variant always runs first after a prompt change
             runs = {}
-            for v in order[shift:] + order[:shift]:
+            for v in everything[shift:] + everything[:shift]:
+                if isinstance(v, NativeVariant):
+                    res = _native_run(session, tools, p, v, max_tokens, r)
+                    n += 1
+                    log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
+                        f"acceptance {res.acceptance_rate:.2f}")
+                    results.append(res)
+                    continue
                 res = _one_run(session, p, v, max_tokens, r)
                 runs[res.variant] = res
                 n += 1
@@ -289,7 +337,7 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "python_share": _median([r.python_share for r in rs]),
                 "python_ms_per_token": _median([r.python_ms_per_token for r in rs]),
                 "auto_vs_best_fixed": _median(vs_best),
-                "greedy_equal": None if v == PLAIN else _equality(rs),
+                "greedy_equal": None if v == PLAIN or rs[0].family == "llama.cpp" else _equality(rs),
             }
     return {"categories": categories, "variants": variants, "table": table}
 

@@ -30,6 +30,9 @@ def register(sub) -> None:
                    help="also write replayable traces of every prompt (JSONL) for tests/test_replay.py")
     b.add_argument("--native", type=Path, default=None,
                    help="folder with llama.cpp's own llama-bench (scripts/build_llama_tools.sh): report plain / llama-bench tg")
+    b.add_argument("--native-modes", default=None,
+                   help="with --native: llama.cpp speculative modes to run head to head, e.g. "
+                        "'draft-simple@4,ngram-simple,ngram-map-k,ngram-mod,ngram-cache' (draft-simple uses the first drafter given)")
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.set_defaults(func=cmd_bench)
 
@@ -58,7 +61,8 @@ def cmd_bench(args) -> int:
         for v in variants:  # load and check every drafter before the long run starts
             session.set_drafter(v.draft)
         native = _native_baseline(args, session) if args.native else None
-        results = run_bench(session, prompts, variants, args.max_tokens, args.repeats)
+        head_to_head = _native_modes(args, variants) if args.native and args.native_modes else None
+        results = run_bench(session, prompts, variants, args.max_tokens, args.repeats, native=head_to_head)
         meta = meta_for(session, args.prompts, prompts, args.max_tokens, args.repeats)
         if native:
             plain = sorted(r.tokens_per_s for r in results if r.variant == "plain")
@@ -86,3 +90,18 @@ def _native_baseline(args, session) -> dict:
     tg = [t for t in rep.tests if t.kind == "tg"]
     return {"tg_tokens_per_s": tg[0].tokens_per_s, "command": " ".join(str(c) for c in rep.command[:1]) + " "
             + " ".join(str(c) for c in rep.command[1:]).replace(str(session.target.path), session.target.path.name)}
+
+
+def _native_modes(args, variants):
+    from engine.errors import EngineError
+    from engine.frontends import native
+    from engine.frontends.bench import NativeVariant
+
+    models = [v.draft.model for v in variants if v.draft.model]
+    modes = []
+    for item in (i.strip() for i in args.native_modes.split(",") if i.strip()):
+        kind, _, k = item.partition("@")
+        if kind == native.DRAFT_SIMPLE and not models:
+            raise EngineError("draft-simple needs a drafter model among --draft")
+        modes.append(NativeVariant(kind, int(k) if k else None, models[0] if kind == native.DRAFT_SIMPLE else None))
+    return native.locate(args.native), modes
