@@ -401,6 +401,4 @@ def make_policy(draft_max: int | str, costs: CostModel, drafter_is_model: bool) 
     if draft_max == "auto":
         return AutoK(costs, drafter_is_model=drafter_is_model)
     k = int(draft_max)
-    if k < 0 or math.isnan(k):
-        raise ValueError("draft length must be 0 or more")
-    return FixedK(k) if k > 0 else NoDraft()
+    return NoDraft() if k == 0 else FixedK(k)  # FixedK refuses a negative k
