@@ -57,6 +57,9 @@ class TinySpec:
     quiet_scale: float = 1.0
     chat_template: str | None = CHATML
     name: str = "tiny"
+    #: when >= 0, the end-of-sequence token's output row is this token's, a little stronger:
+    #: wherever the model would say that token it ends the text instead
+    eos_like: int = -1
 
 
 def vocabulary(spec: TinySpec) -> tuple[list[str], list[float], list[int]]:
@@ -121,6 +124,8 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
     out = mat(base, n_vocab, d, spec.logit_scale)
     out[5 : 5 + 256] *= 0.3  # byte tokens: possible (UTF-8 paths get exercised) but rarer than words
+    if spec.eos_like >= 0:
+        out[2 if spec.bos_id == 1 else 1] = out[spec.eos_like] * 1.2
     w.add_tensor("output.weight", out)
     for i in range(spec.n_layer):
         rng = base if i < spec.shared_layers else other
@@ -149,6 +154,20 @@ DRAFTER = replace(TARGET, name="tiny-drafter", n_layer=2)
 OTHER_VOCAB = replace(TARGET, name="tiny-other-vocab", vocab_variant="upper", seed=7)
 
 STANDARD = {"target": TARGET, "drafter": DRAFTER, "other-vocab": OTHER_VOCAB}
+
+#: Sharper logits (entropy ~1.6 nats a token instead of ~4): replies of many seeds share their
+#: first tokens, so statistical tests can group them by prefix several positions deep.
+SHARP_TARGET = replace(TARGET, name="tiny-sharp-target", logit_scale=5.0)
+SHARP_DRAFTER = replace(SHARP_TARGET, name="tiny-sharp-drafter", n_layer=2)
+SHARP = {"sharp-target": SHARP_TARGET, "sharp-drafter": SHARP_DRAFTER}
+#: Blocks that write nothing into the residual stream: the next token depends on the last one
+#: only, never on what came before it, so prompt lookup of the model's own text is always right.
+BIGRAM = replace(SHARP_TARGET, name="tiny-bigram", quiet_from=0, quiet_scale=0.0)
+
+
+def write_set(folder: Path, specs: dict[str, TinySpec]) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return {key: write_tiny_model(folder / f"tiny-{key}.gguf", spec) for key, spec in specs.items()}
 
 
 def write_tiny_mamba(path: Path, seed: int = 5) -> Path:
