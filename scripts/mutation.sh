@@ -8,7 +8,7 @@
 #
 # mutmut (3.x, in the .[test] extras' venv) mutates each FILE (operators, constants, strings,
 # arguments), runs the TESTs that reach the mutated function, and counts a mutant killed when a
-# test fails. Without TESTs, a file's own fast tests are used (table below). It all happens in
+# test fails. Without TESTs, a file's own tests are used (table below). It all happens in
 # a scratch copy of the working tree ($MUTATION_DIR, default /tmp/draftlight-mutation), so the
 # tree and pyproject.toml are untouched. Prints the score and every surviving mutant with its
 # diff; `cd $MUTATION_DIR && mutmut show NAME` shows one again. Takes long on 2 cores: about
@@ -31,6 +31,10 @@ if [ ${#tests[@]} -eq 0 ]; then
     for f in "${files[@]}"; do
         case "$f" in
             engine/decoding/sampling.py) tests+=(tests/test_exactness_sampling_rules.py tests/test_sampling_oracle.py) ;;
+            # the loop and the drafters: greedy edges first (fast), then the sampled distributions
+            engine/decoding/speculative.py|engine/decoding/drafters.py)
+                tests+=(tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_sampling_exactness.py) ;;
+            engine/decoding/policy.py) tests+=(tests/test_policy_units.py tests/test_policy.py tests/test_replay.py) ;;
             *) echo "no default tests for $f: name them after --" >&2; exit 2 ;;
         esac
     done

@@ -15,6 +15,9 @@ from engine.decoding.sampling import (
 )
 
 
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no log(0), no overflow
+
+
 class Uniforms:
     """Plays back the given uniform numbers in [0, 1) as rng.random() would return them."""
 
