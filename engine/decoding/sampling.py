@@ -111,7 +111,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
         weights = np.exp(row[ids] - np.float64(top))
         z = float(weights.sum())
     elif params.top_p < 1.0:
-        e = np.exp(row - top)  # the one full-vocabulary pass: top-p needs the normaliser
+        e = _exp_below(row, top)  # the one full-vocabulary pass: top-p needs the normaliser
         z = float(e.sum(dtype=np.float64))
         ids = np.flatnonzero(row >= floor) if params.min_p > 0.0 else _mass_set(e, params.top_p * z)
         weights = np.exp(row[ids] - np.float64(top))
@@ -168,10 +168,18 @@ def _top_p(row: np.ndarray, top: float, ids: np.ndarray, weights: np.ndarray, ma
     return np.concatenate([ids[bins < b], ids[edge[:m]]])
 
 
+def _exp_below(row: np.ndarray, top: float, temperature: float = 1.0) -> np.ndarray:
+    """exp((row - top) / temperature) in the row's precision, computed in place in one new
+    array: a second vocabulary-sized temporary costs more in page faults than the exponentials."""
+    out = row - top
+    out /= row.dtype.type(temperature)
+    return np.exp(out, out=out)
+
+
 def _uncut(row: np.ndarray, top: float, temperature: float) -> Distribution:
     """Nothing is cut: the whole vocabulary, in id order with the most likely token swapped
     to the front (float32 exponentials, float64 normalisation)."""
-    w = np.exp((row - top) / row.dtype.type(temperature))
+    w = _exp_below(row, top, temperature)
     probs = w / w.sum(dtype=np.float64)
     ids = np.arange(row.shape[0])
     best = int(np.argmax(row))
@@ -184,7 +192,7 @@ def softmax_prob(logits: np.ndarray, token: int) -> float:
     """Plain softmax probability of one token (what greedy decoding reports as p and q)."""
     row = np.asarray(logits)
     top = row.max()
-    z = float(np.exp(row - top).sum(dtype=np.float64))
+    z = float(_exp_below(row, top).sum(dtype=np.float64))
     return float(np.exp(float(row[token]) - float(top))) / z
 
 
