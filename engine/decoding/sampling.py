@@ -173,7 +173,8 @@ def _exp_below(row: np.ndarray, top: float, temperature: float = 1.0) -> np.ndar
     array: a second vocabulary-sized temporary costs more in page faults than the exponentials."""
     out = row - top
     out /= row.dtype.type(temperature)
-    return np.exp(out, out=out)
+    np.exp(out, out=out)
+    return out
 
 
 def _uncut(row: np.ndarray, top: float, temperature: float) -> Distribution:
