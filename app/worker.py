@@ -11,6 +11,8 @@ when it returns, on this thread.
 """
 from __future__ import annotations
 
+import ctypes
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -187,6 +189,7 @@ class EngineWorker(QObject):
         session, self._session, self._info = self._session, None, None
         if session is not None:
             session.close()
+            _return_freed_memory()
 
     def _progress(self, which: str, fraction: float) -> None:
         # llama.cpp reports per tensor: pass on whole percents only.
@@ -196,3 +199,13 @@ class EngineWorker(QObject):
             self.sig_load_progress.emit(which, fraction)
             if pct >= 100:
                 self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
+
+
+def _return_freed_memory() -> None:
+    """glibc keeps freed model buffers in its arenas; hand them back so a model switch does not
+    leave the process hundreds of MB larger (no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
