@@ -7,14 +7,17 @@ like and like.
 The transforms are llama.cpp's common sampler chain (top-k, top-p, min-p, temperature, dist):
 top-k, top-p and min-p cut the untempered softmax, temperature reshapes what survives.
 tests/test_sampling_oracle.py holds every kept set and probability to llama.cpp's own chain.
-The only differences are in arithmetic: the kept probabilities and the top-p sums are float64
-here (float32 there), so a token whose running sum lands within ~1e-6 of top-p, or whose logit
-lies within a float32 rounding of the min-p floor, may fall on the other side of the cut.
+The one difference is deliberate and in arithmetic: kept probabilities and top-p running sums
+are float64 here (llama.cpp: float32, drifting by up to n * 2^-24 over n terms), so where a
+running sum lands that close to top-p, llama.cpp may keep a token more or fewer. The min-p floor,
+top + log(min_p), is computed in the row's float32 as llama.cpp does.
 
-Speed (a GPU token step takes a few ms, so Python per row must stay well below that): nothing
-sorts the whole vocabulary. A threshold on the logits finds a small set that surely holds every
-kept token, and only that set is sorted; the one full-vocabulary pass left is the softmax
-normaliser that top-p needs when top-k is off (float32 exponentials, float64 sum).
+Speed (a GPU token step takes a few ms, so Python per row must stay well below that; measured
+with scripts/bench_sampling.py): nothing sorts the whole vocabulary. Top-k partitions only the
+tokens above a threshold taken from a strided sample; top-p takes whole bins of logits while the
+running mass stays below top-p and sorts only the bin where it crosses; the draw goes by blocks.
+The one full-vocabulary pass left is the softmax normaliser that top-p needs when top-k is off
+(float32 exponentials summed in float64; the kept tokens' share recomputed in float64).
 """
 from __future__ import annotations
 
