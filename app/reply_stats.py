@@ -43,6 +43,8 @@ class StatsSnapshot:
     """Draft length chosen by Auto."""
     finished: bool
     """The reply is over."""
+    learned_rounds: int = 0
+    """Auto: rounds it had learned from in earlier replies of this session when this one started."""
 
 
 class ReplyStats:
@@ -109,6 +111,7 @@ class ReplyStats:
                 tokens_per_s=f.tokens_per_s, draft_s=f.draft_s, verify_s=f.verify_s,
                 estimated_speedup=f.estimated_speedup, by_position=tuple(f.acceptance_by_position),
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
+                learned_rounds=f.auto_rounds_before,
             )
         return StatsSnapshot(
             tokens=self.tokens, rounds=self.rounds, drafted=self.drafted, accepted=self.accepted,
@@ -145,7 +148,15 @@ def pace(speedup: float) -> Verdict:
 
 
 def verdict(s: StatsSnapshot) -> Verdict:
-    """Is speculation paying off on this machine, in plain words."""
+    """Is speculation paying off on this machine, in plain words (and, for Auto, whether it started
+    from what earlier replies taught it)."""
+    v = _verdict(s)
+    if s.auto and s.learned_rounds:
+        return Verdict(f"{v} Auto started from what it learned over {s.learned_rounds} rounds of earlier replies.", v.tone)
+    return v
+
+
+def _verdict(s: StatsSnapshot) -> Verdict:
     if s.rounds == 0:
         return Verdict("Waiting for the first round…", "neutral")
     if s.drafted == 0:

@@ -1,6 +1,7 @@
 """The app's storage, settings, exports and live stats, on a real SQLite file and a real tiny-model reply."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 
@@ -64,6 +65,20 @@ def test_verdict_in_words():
                     (0.951, "about the same"), (0.95, "slower"), (0.5, "slower")):
         assert pace(x) == word, x
         assert word in verdict(snap(x, False)), x
+
+
+def test_verdict_says_when_auto_started_from_earlier_replies(events):
+    done = events[-1]
+    carried = ReplyStats(auto=True)
+    carried.finish(dataclasses.replace(done.stats, draft_mode="auto", auto_rounds_before=37))
+    text = verdict(carried.snapshot())
+    assert text.endswith("Auto started from what it learned over 37 rounds of earlier replies.")
+    fresh = ReplyStats(auto=True)
+    fresh.finish(dataclasses.replace(done.stats, draft_mode="auto", auto_rounds_before=0))
+    assert "earlier replies" not in verdict(fresh.snapshot())
+    fixed = ReplyStats(auto=False)
+    fixed.finish(dataclasses.replace(done.stats, draft_mode="fixed k=4", auto_rounds_before=37))
+    assert "earlier replies" not in verdict(fixed.snapshot())
 
 
 def test_store_keeps_every_token_and_round_and_reads_them_back(events):
