@@ -12,7 +12,7 @@
 # a scratch copy of the working tree ($MUTATION_DIR, default /tmp/draftlight-mutation), so the
 # tree and pyproject.toml are untouched. Prints the score and every surviving mutant with its
 # diff; `cd $MUTATION_DIR && python -m mutmut show NAME` shows one again. On 2 cores: about
-# 4 minutes for sampling.py (352 mutants); much longer for a file whose tests include the
+# 4 minutes for sampling.py (368 mutants); much longer for a file whose tests include the
 # sampled-distribution tests (35 s a run). MUTATION_JOBS sets the parallel workers.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
