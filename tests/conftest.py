@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# One llama.cpp thread per model in tests (subprocesses inherit it): the tests are about behaviour,
+# and on a shared 2-core machine spinning threads make tiny-model replies 20-30x slower.
+os.environ.setdefault("DRAFTLIGHT_THREADS", "1")
 import tiny_models  # noqa: E402
 
 from engine import paths  # noqa: E402

@@ -122,7 +122,7 @@ def test_a_failing_rewind_does_not_hide_the_error_that_stopped_the_loop(tiny, mo
         s.close()
 
 
-def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path):
+def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path, monkeypatch):
     from engine.decoding import threads
 
     sysfs = tmp_path / "cpu"
@@ -137,7 +137,10 @@ def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path):
     assert threads.cgroup_cpu_limit(cg) == 1.5
     (cg / "cpu.max").write_text("max 100000\n")
     assert threads.cgroup_cpu_limit(cg) is None
-    assert 1 <= threads.default_threads() <= threads.default_batch_threads()
+    monkeypatch.setenv("DRAFTLIGHT_THREADS", "3")
+    assert threads.default_threads() == 3 and threads.default_batch_threads() == 3
+    monkeypatch.setenv("DRAFTLIGHT_THREADS", "none")
+    assert 1 <= threads.default_threads() <= threads.default_batch_threads() == len(threads.allowed_cpus())
 
 
 def test_auto_says_when_it_carries_over_and_the_benchmark_reset_forgets(tiny):

@@ -116,7 +116,7 @@ class LlamaModel:
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
         n_threads = settings.n_threads or default_threads()
-        n_threads_batch = settings.n_threads_batch or max(n_threads, default_batch_threads())
+        n_threads_batch = settings.n_threads_batch or (n_threads if settings.n_threads else default_batch_threads())
         n_ctx = settings.n_ctx or lc.llama_model_n_ctx_train(self._model)
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = n_ctx

@@ -42,8 +42,20 @@ def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     return int(quota) / int(period)
 
 
+def _override() -> int | None:
+    """DRAFTLIGHT_THREADS pins both defaults (the tests use 1: on a shared machine llama.cpp's
+    spinning threads slow each other down many times over)."""
+    try:
+        n = int(os.environ.get("DRAFTLIGHT_THREADS", ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
 def default_threads() -> int:
     """Threads for generating tokens: physical cores the process may use, within its quota."""
+    if (pinned := _override()) is not None:
+        return pinned
     n = physical_cores(allowed_cpus())
     limit = cgroup_cpu_limit()
     if limit is not None:
@@ -54,6 +66,8 @@ def default_threads() -> int:
 def default_batch_threads() -> int:
     """Threads for batches (prompts, verification blocks): every CPU the process may use, within its
     quota; a batch is bound by arithmetic, so hyper-threads help there."""
+    if (pinned := _override()) is not None:
+        return pinned
     n = len(allowed_cpus())
     limit = cgroup_cpu_limit()
     if limit is not None:
