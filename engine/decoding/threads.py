@@ -52,24 +52,21 @@ def _override() -> int | None:
     return n if n > 0 else None
 
 
-def default_threads() -> int:
-    """Threads for generating tokens: physical cores the process may use, within its quota."""
-    if (pinned := _override()) is not None:
-        return pinned
-    n = physical_cores(allowed_cpus())
+def _within_quota(n: int) -> int:
     limit = cgroup_cpu_limit()
     if limit is not None:
-        n = min(n, max(1, math.ceil(limit)))
+        n = min(n, math.ceil(limit))
     return max(1, n)
+
+
+def default_threads() -> int:
+    """Threads for generating tokens: physical cores the process may use, within its quota."""
+    pinned = _override()
+    return pinned if pinned is not None else _within_quota(physical_cores(allowed_cpus()))
 
 
 def default_batch_threads() -> int:
     """Threads for batches (prompts, verification blocks): every CPU the process may use, within its
     quota; a batch is bound by arithmetic, so hyper-threads help there."""
-    if (pinned := _override()) is not None:
-        return pinned
-    n = len(allowed_cpus())
-    limit = cgroup_cpu_limit()
-    if limit is not None:
-        n = min(n, max(1, math.ceil(limit)))
-    return max(1, n)
+    pinned = _override()
+    return pinned if pinned is not None else _within_quota(len(allowed_cpus()))
