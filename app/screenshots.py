@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     cmp = next((x for x in app.topLevelWidgets() if isinstance(x, CompareDialog)), None)
     if cmp is not None:
         cmp.resize(1200, 700)
-        spin(lambda: cmp.run is not None and (cmp.run.done is not None or cmp.run.error is not None), 900)
+        spin(lambda: cmp.complete, 900)  # both runs, speculative then plain, have finished
         shot(cmp, "compare.png")
         cmp.close()
     w.close()
