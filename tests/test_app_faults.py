@@ -18,30 +18,12 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send  # noqa: E402
 
 from app.records import Role  # noqa: E402
 from app.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
 
 HERE = Path(__file__).parent
-SCHEMA_1 = """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    INSERT INTO meta VALUES ('schema', '1');
-    CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
-    CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, role TEXT NOT NULL,
-        content TEXT NOT NULL DEFAULT '', created REAL NOT NULL, target TEXT NOT NULL DEFAULT '',
-        drafter TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', finish_reason TEXT, stats TEXT,
-        error TEXT NOT NULL DEFAULT '');
-    CREATE TABLE rounds (message_id INTEGER NOT NULL, round INTEGER NOT NULL, data TEXT NOT NULL,
-        PRIMARY KEY (message_id, round));
-    CREATE TABLE tokens (message_id INTEGER NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
-        token_id INTEGER NOT NULL, source TEXT NOT NULL, round INTEGER NOT NULL, p REAL, q REAL,
-        PRIMARY KEY (message_id, idx));
-    INSERT INTO conversations VALUES (1, 'old chat', 0, 0);
-    INSERT INTO messages (id, conversation_id, role, content, created) VALUES (1, 1, 'user', 'hi', 0);
-    INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
-    INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
-"""
 
 
 def make_history() -> list[tuple[str, str]]:

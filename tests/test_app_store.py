@@ -13,6 +13,7 @@ from app.reply_stats import ReplyStats, pace, verdict
 from app.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.store import ChatStore, database_path
 from app.theme import Theme
+from test_app_support import SCHEMA_1
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
@@ -183,24 +184,7 @@ def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
     path = database_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     old = sqlite3.connect(path)
-    old.executescript("""
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        INSERT INTO meta VALUES ('schema', '1');
-        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
-        CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, role TEXT NOT NULL,
-            content TEXT NOT NULL DEFAULT '', created REAL NOT NULL, target TEXT NOT NULL DEFAULT '',
-            drafter TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', finish_reason TEXT, stats TEXT,
-            error TEXT NOT NULL DEFAULT '');
-        CREATE TABLE rounds (message_id INTEGER NOT NULL, round INTEGER NOT NULL, data TEXT NOT NULL,
-            PRIMARY KEY (message_id, round));
-        CREATE TABLE tokens (message_id INTEGER NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
-            token_id INTEGER NOT NULL, source TEXT NOT NULL, round INTEGER NOT NULL, p REAL, q REAL,
-            PRIMARY KEY (message_id, idx));
-        INSERT INTO conversations VALUES (1, 'old chat', 0, 0);
-        INSERT INTO messages (id, conversation_id, role, content, created) VALUES (1, 1, 'user', 'hi', 0);
-        INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
-        INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
-    """)
+    old.executescript(SCHEMA_1)
     old.commit()
     old.close()
     store = ChatStore()

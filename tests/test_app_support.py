@@ -15,6 +15,25 @@ from app.theme import Theme  # noqa: E402
 PROMPT = "the model is fast"  # the tiny pair drafts, accepts, corrects and adds bonus tokens on this one
 LOAD_TIMEOUT_MS = 30_000
 REPLY_TIMEOUT_MS = 30_000
+#: A history file as Draftlight schema 1 wrote it: one chat, a stopped reply with one token.
+SCHEMA_1 = """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO meta VALUES ('schema', '1');
+    CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL);
+    CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL, role TEXT NOT NULL,
+        content TEXT NOT NULL DEFAULT '', created REAL NOT NULL, target TEXT NOT NULL DEFAULT '',
+        drafter TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}', finish_reason TEXT, stats TEXT,
+        error TEXT NOT NULL DEFAULT '');
+    CREATE TABLE rounds (message_id INTEGER NOT NULL, round INTEGER NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (message_id, round));
+    CREATE TABLE tokens (message_id INTEGER NOT NULL, idx INTEGER NOT NULL, text TEXT NOT NULL,
+        token_id INTEGER NOT NULL, source TEXT NOT NULL, round INTEGER NOT NULL, p REAL, q REAL,
+        PRIMARY KEY (message_id, idx));
+    INSERT INTO conversations VALUES (1, 'old chat', 0, 0);
+    INSERT INTO messages (id, conversation_id, role, content, created) VALUES (1, 1, 'user', 'hi', 0);
+    INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
+    INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
+"""
 
 
 def install_tiny(tiny: dict[str, Path], home: Path, **settings) -> dict[str, Path]:
