@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from engine.decoding.drafters import Draft, Drafter
-from engine.decoding.events import DoneEvent, DraftKind, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel
-from engine.decoding.policy import CostModel, DraftPolicy, DraftRequest, NoDraft, RoundOutcome
+from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
 from engine.errors import ContextFullError, EngineError

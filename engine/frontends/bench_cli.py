@@ -1,7 +1,6 @@
 """`python -m engine bench`: plain decoding against speculative variants, interleaved."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
