@@ -1,6 +1,6 @@
 """`python -m app` starts the desktop app."""
 import sys
 
-from .main import main
+from app.main import main
 
 sys.exit(main())

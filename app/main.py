@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--self-test", action="store_true", help="check this installation offscreen and exit (0 = ok)")
     args, qt_args = parser.parse_known_args(argv)
     if args.self_test:
-        from .selftest import run
+        from app.selftest import run
 
         return run()
     if args.version:
@@ -25,13 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from PySide6.QtWidgets import QApplication
 
-    from .qt_check import emit_bug
+    from app.qt_check import emit_bug
 
     problem = emit_bug()
     if problem:
         print(f"draftlight: {problem}", file=sys.stderr)
         return 2
-    from .window import MainWindow
+    from app.window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Draftlight")
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     _quit_on_signals(window)
     code = app.exec()
-    from .controller import engine_threads_running
+    from app.control.controller import engine_threads_running
 
     if engine_threads_running():
         # Closed during a model load or a long prompt read, which llama.cpp cannot interrupt. The

@@ -6,8 +6,8 @@ import html
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from .errors import Action, Level, Notice
-from .theme import OKABE_ITO
+from app.core.errors import Action, Level, Notice
+from app.core.theme import OKABE_ITO
 
 _ACTION_LABELS = {Action.OPEN_MODELS: "Open Models…", Action.NEW_CHAT: "New chat", Action.SETTINGS: "Settings…"}
 _LEVEL_COLOURS = {Level.INFO: OKABE_ITO["sky_blue"], Level.WARNING: OKABE_ITO["orange"],

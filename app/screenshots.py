@@ -50,15 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtGui import QCursor
     from PySide6.QtWidgets import QApplication, QToolTip
 
-    from .settings import AppSettings, save_settings
-    from .theme import Theme
+    from app.core.settings import AppSettings, save_settings
+    from app.core.theme import Theme
 
     save_settings(AppSettings(target=str(links[args.target]), drafter=str(links[args.draft]), draft_max=args.k,
                               max_tokens=args.max_tokens, theme=Theme.LIGHT, n_threads=args.threads,
                               first_run_done=True))
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Draftlight")
-    from .window import MainWindow
+    from app.window import MainWindow
 
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     shot(w, "chat-dark.png")
     c.update_settings(theme=Theme.LIGHT)
 
-    from .models_dialog import ModelsDialog
+    from app.models.models_dialog import ModelsDialog
 
     dlg = ModelsDialog(c, w)
     dlg.resize(980, 700)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     dlg.close()
 
     w.open_compare()
-    from .compare_dialog import CompareDialog
+    from app.stats.compare_dialog import CompareDialog
 
     cmp = next((x for x in app.topLevelWidgets() if isinstance(x, CompareDialog)), None)
     if cmp is not None:

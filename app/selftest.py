@@ -182,7 +182,7 @@ def check_qt() -> str:
     from PySide6.QtGui import QColor, QImage, QPainter
     from PySide6.QtWidgets import QApplication
 
-    from .qt_check import emit_bug
+    from app.qt_check import emit_bug
 
     problem = emit_bug()
     if problem:

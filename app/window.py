@@ -22,19 +22,19 @@ from PySide6.QtWidgets import (
 )
 
 from engine import paths
-from .chat_view import ChatView, ViewOptions
-from .controller import ChatController
-from .conversation_list import ConversationList
-from .errors import Action, Level, Notice
-from .export import write_markdown, write_trace
-from .first_run import FirstRunPanel
-from .input_box import InputBox
-from .legend import Legend
-from .model_bar import ModelBar
-from .notice_bar import NoticeBar
-from .records import Role
-from .stats_panel import StatsPanel
-from .theme import Theme, apply_theme, colours_for
+from app.chat.chat_view import ChatView, ViewOptions
+from app.control.controller import ChatController
+from app.history.conversation_list import ConversationList
+from app.core.errors import Action, Level, Notice
+from app.history.export import write_markdown, write_trace
+from app.models.first_run import FirstRunPanel
+from app.chat.input_box import InputBox
+from app.chat.legend import Legend
+from app.models.model_bar import ModelBar
+from app.notice_bar import NoticeBar
+from app.history.records import Role
+from app.stats.stats_panel import StatsPanel
+from app.core.theme import Theme, apply_theme, colours_for
 
 
 def icon_path() -> Path:
@@ -257,13 +257,13 @@ class MainWindow(QMainWindow):
 
     # -- dialogs ------------------------------------------------------------------------------
     def open_models(self) -> None:
-        from .models_dialog import ModelsDialog
+        from app.models.models_dialog import ModelsDialog
 
         dlg = ModelsDialog(self.controller, self)
         dlg.exec()
 
     def open_compare(self) -> None:
-        from .compare_dialog import CompareDialog
+        from app.stats.compare_dialog import CompareDialog
 
         c = self.controller
         last = next((i for i in range(len(c.messages) - 1, -1, -1) if c.messages[i].role == Role.ASSISTANT

@@ -23,12 +23,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .background import run_in_background
-from .catalog_tab import CatalogTab
-from .controller import ChatController
-from .hardware_tab import HardwareTab
-from .model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params
-from .task_row import TaskRow
+from app.core.background import run_in_background
+from app.models.catalog_tab import CatalogTab
+from app.control.controller import ChatController
+from app.models.hardware_tab import HardwareTab
+from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params
+from app.models.task_row import TaskRow
 
 
 class InstalledTab(QWidget):
@@ -38,7 +38,7 @@ class InstalledTab(QWidget):
         super().__init__(parent)
         self.controller = controller
         lay = QVBoxLayout(self)
-        from .model_scan import models_folder
+        from app.control.model_scan import models_folder
 
         folder = QLabel(f"Model folder: <code>{html.escape(str(models_folder()))}</code>")
         folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -157,7 +157,7 @@ class InstalledTab(QWidget):
             self.import_file(Path(path))
 
     def import_file(self, path: Path) -> None:
-        from .model_jobs import import_task
+        from app.control.model_jobs import import_task
 
         self.import_row.follow(self.controller.start_task(import_task(path)))
 

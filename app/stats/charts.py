@@ -7,7 +7,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from .theme import OKABE_ITO
+from app.core.theme import OKABE_ITO
 
 _MARGIN_L, _MARGIN_R, _MARGIN_T, _MARGIN_B = 34, 8, 18, 20
 

@@ -96,7 +96,7 @@ class Task(QObject):
 
 
 def rate_detail(done: int, total: int | None, bytes_per_s: float) -> str:
-    from .model_scan import human_bytes
+    from app.control.model_scan import human_bytes
 
     out = human_bytes(done) + (f" of {human_bytes(total)}" if total else "")
     if bytes_per_s > 0:

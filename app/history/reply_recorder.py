@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 
-from .errors import Notice, explain
-from .records import Message
-from .reply_stats import ReplyStats
-from .store import ChatStore, StoreError
+from app.core.errors import Notice, explain
+from app.history.records import Message
+from app.history.reply_stats import ReplyStats
+from app.history.store import ChatStore, StoreError
 
 
 class ReplyRecorder:

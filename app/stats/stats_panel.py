@@ -5,9 +5,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from .charts import AcceptanceChart, SpeedChart
-from .reply_stats import StatsSnapshot, verdict
-from .theme import OKABE_ITO
+from app.stats.charts import AcceptanceChart, SpeedChart
+from app.history.reply_stats import StatsSnapshot, verdict
+from app.core.theme import OKABE_ITO
 
 
 def _pct(v: float | None) -> str:

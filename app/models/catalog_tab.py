@@ -21,10 +21,10 @@ from PySide6.QtWidgets import (
 
 from engine.errors import EngineError
 
-from .background import run_in_background
-from .controller import ChatController
-from .model_scan import human_bytes
-from .task_row import TaskRow
+from app.core.background import run_in_background
+from app.control.controller import ChatController
+from app.control.model_scan import human_bytes
+from app.models.task_row import TaskRow
 
 
 class PairCard(QFrame):
@@ -68,7 +68,7 @@ class PairCard(QFrame):
             running.sig_finished.connect(self.refresh)
 
     def refresh(self, *_args) -> None:
-        from .model_jobs import catalog_installed
+        from app.control.model_jobs import catalog_installed
 
         t, d = catalog_installed(self.pair)
         self.installed = (t, d) if t and d else None
@@ -82,7 +82,7 @@ class PairCard(QFrame):
         self.use_button.setVisible(bool(self.installed))
 
     def _download(self) -> None:
-        from .model_jobs import download_task
+        from app.control.model_jobs import download_task
 
         task = self.controller.start_task(download_task(self.pair), use_pair=not self.controller.settings.target)
         self.task_row.follow(task)
@@ -99,7 +99,7 @@ class CatalogTab(QWidget):
         super().__init__(parent)
         self.controller = controller
         lay = QVBoxLayout(self)
-        from .first_run import offline_pair_available
+        from app.models.first_run import offline_pair_available
 
         self.offline = offline_pair_available()
         box = QGroupBox("Default pair")
@@ -143,7 +143,7 @@ class CatalogTab(QWidget):
         self.default_button.clicked.connect(self._install_default)
         controller.sig_models.connect(self._default_state)
         self._default_state()
-        from .first_run import default_catalog_pair
+        from app.models.first_run import default_catalog_pair
 
         default = default_catalog_pair()
         running = controller.tasks.get("install-default") or (
@@ -173,7 +173,7 @@ class CatalogTab(QWidget):
             t, d = self._default_paths
             self.controller.update_settings(target=str(t), drafter=str(d))
             return
-        from .first_run import default_pair_task
+        from app.models.first_run import default_pair_task
 
         task = default_pair_task()
         if task is None:

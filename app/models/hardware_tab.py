@@ -7,10 +7,10 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
-from .background import run_in_background
-from .controller import ChatController
-from .model_scan import human_bytes
-from .settings import DRAFT_LOOKUP, DRAFT_NONE
+from app.core.background import run_in_background
+from app.control.controller import ChatController
+from app.control.model_scan import human_bytes
+from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE
 
 
 class HardwareTab(QWidget):

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .settings import AppSettings
+from app.core.settings import AppSettings
 
 
 @dataclass(frozen=True, slots=True)

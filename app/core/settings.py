@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from .theme import Theme
+from app.core.theme import Theme
 
 FILE_NAME = "settings.json"
 AUTO = "auto"

@@ -22,17 +22,17 @@ from engine.decoding.events import FinishReason
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, LoadSettings
 
-from .background import run_in_background
-from .errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
-from .model_scan import DrafterOption, ModelEntry, drafter_options, list_models
-from .records import Conversation, Message, Role
-from .reply_recorder import ReplyRecorder
-from .reply_stats import ReplyStats
-from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, load_settings, save_settings
-from .settings import _coerce as settings_from_dict
-from .store import ChatStore, StoreError, StoreMode
-from .tasks import Task, TaskState
-from .worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
+from app.core.background import run_in_background
+from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
+from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, list_models
+from app.history.records import Conversation, Message, Role
+from app.history.reply_recorder import ReplyRecorder
+from app.history.reply_stats import ReplyStats
+from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, load_settings, save_settings
+from app.core.settings import _coerce as settings_from_dict
+from app.history.store import ChatStore, StoreError, StoreMode
+from app.control.tasks import Task, TaskState
+from app.core.worker import EngineWorker, LoadedInfo, LoadRequest, ReplyRequest
 
 FLUSH_MS = 40
 """How often streamed events reach the window (and the database)."""

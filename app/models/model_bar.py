@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .model_scan import DrafterOption, ModelEntry, human_bytes
-from .sampling_popover import SamplingPopover
-from .settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings
+from app.control.model_scan import DrafterOption, ModelEntry, human_bytes
+from app.models.sampling_popover import SamplingPopover
+from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings
 
 BROWSE = "__browse__"
 

@@ -12,14 +12,14 @@ import html
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, Qt
+from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
 from engine.decoding.events import FinishReason, TokenEvent, TokenSource
 
-from .records import Message, Role
-from .theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours, mark_format
+from app.history.records import Message, Role
+from app.core.theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours, mark_format
 
 PROP_MARK = QTextFormat.Property.UserProperty + 1
 """Mark value ('accepted', ..., 'rejected') of a reply fragment."""
@@ -84,6 +84,9 @@ class _CodeTracker:
 
 class ChatView(QTextBrowser):
     """Read-only view of one conversation; GUI thread only."""
+
+    action_requested = Signal(str, int)
+    """(MessageAction value, message id): a message's action link was used."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

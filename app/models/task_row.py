@@ -4,8 +4,8 @@ from __future__ import annotations
 from PySide6.QtCore import Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from .errors import explain
-from .tasks import Progress, Task, TaskState
+from app.core.errors import explain
+from app.control.tasks import Progress, Task, TaskState
 
 
 class TaskRow(QWidget):

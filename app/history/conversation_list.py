@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .records import Conversation
+from app.history.records import Conversation
 
 
 class ConversationList(QWidget):

@@ -5,7 +5,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .records import Conversation, Message, Role
+from app.history.records import Conversation, Message, Role
 
 
 def to_markdown(conv: Conversation, messages: Sequence[Message]) -> str:

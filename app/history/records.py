@@ -55,6 +55,16 @@ class Message:
     """The engine's totals once finished."""
     error: str = ""
     """What went wrong, if the reply failed part-way."""
+    created: float = 0.0
+    """Unix time it was written."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The app settings a reply was made with (pair, k or Auto, sampling, system prompt); {} if unknown."""
+    parent_id: int | None = None
+    """The message this one answers or follows (None: the first of its conversation)."""
+    variant: int = 1
+    """Its place among the alternatives that share its parent, from 1 (regenerated or edited)."""
+    variants: int = 1
+    """How many alternatives share its parent."""
 
     @property
     def text(self) -> str:

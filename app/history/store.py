@@ -19,8 +19,8 @@ from pathlib import Path
 from engine import paths
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
 
-from .records import Conversation, Message, Role, round_from_dict, stats_from_dict, token
-from .settings import set_aside
+from app.history.records import Conversation, Message, Role, round_from_dict, stats_from_dict, token
+from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
 SCHEMA_VERSION = 2  # 2: tokens keep the greedy runner-up and margin
@@ -375,7 +375,7 @@ class ChatStore:
              "VALUES (?,?,?,?,?,?,?)", (conv_id, role.value, content, now, target, drafter, json.dumps(settings or {}))),
             ("UPDATE conversations SET updated=? WHERE id=?", (now, conv_id)),
         ])
-        return Message(mid, role, content, target, drafter)
+        return Message(mid, role, content, target, drafter, created=now, settings=dict(settings or {}))
 
     def delete_message(self, message_id: int) -> None:
         self._write([("DELETE FROM messages WHERE id=?", (message_id,))])
@@ -411,21 +411,18 @@ class ChatStore:
     def reply_settings(self, message_id: int) -> dict:
         """The settings a reply was made with (the app's settings JSON at the time); {} if unknown."""
         rows = self._read("SELECT settings FROM messages WHERE id=?", (message_id,))
-        try:
-            value = json.loads(rows[0][0]) if rows else {}
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
+        return _settings_dict(rows[0][0]) if rows else {}
 
     def messages(self, conv_id: int) -> list[Message]:
         rows = self._read(
-            "SELECT id, role, content, target, drafter, finish_reason, stats, error FROM messages "
+            "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings FROM messages "
             "WHERE conversation_id=? ORDER BY id", (conv_id,)
         )
         out: list[Message] = []
-        for mid, role, content, target, drafter, finish, stats, error in rows:
+        for mid, role, content, target, drafter, finish, stats, error, created, settings in rows:
             try:
-                m = Message(mid, Role(role), content, target, drafter, error=error)
+                m = Message(mid, Role(role), content, target, drafter, error=error, created=created,
+                            settings=_settings_dict(settings))
             except ValueError:
                 continue  # a role this version does not know (a newer Draftlight's)
             if m.role == Role.ASSISTANT:
@@ -462,3 +459,11 @@ class ChatStore:
             m.finish_reason = FinishReason.CANCELLED
             m.content = m.content or "".join(t.text for t in m.tokens)
             m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")
+
+
+def _settings_dict(text: str | None) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -5,7 +5,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QTextEdit, QWidget
 
-from .theme import EXPLANATIONS, LABELS, Mark, TokenColours, mark_format
+from app.core.theme import EXPLANATIONS, LABELS, Mark, TokenColours, mark_format
 
 
 class Legend(QTextEdit):

@@ -15,12 +15,12 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QV
 
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, Stats, TokenEvent
 
-from .chat_view import ChatView, ViewOptions
-from .controller import ChatController, CompareRuns, drafter_label
-from .errors import explain
-from .records import Message, Role
-from .reply_stats import pace
-from .theme import colours_for
+from app.chat.chat_view import ChatView, ViewOptions
+from app.control.controller import ChatController, CompareRuns, drafter_label
+from app.core.errors import explain
+from app.history.records import Message, Role
+from app.history.reply_stats import pace
+from app.core.theme import colours_for
 
 
 def describe(stats: Stats | None) -> str:

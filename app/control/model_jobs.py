@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.models import catalog, default_pair, download, modelstore
 
-from .tasks import Report, Task, rate_detail
+from app.control.tasks import Report, Task, rate_detail
 
 
 def download_task(pair: catalog.CatalogPair, endpoint: str | None = None) -> Task:
@@ -83,7 +83,7 @@ def import_many_task(sources: list[Path], copy: bool = True) -> Task:
 
 
 def _pair_of(paths: list[Path]) -> tuple[Path, str]:
-    from .model_scan import drafter_options, list_models
+    from app.control.model_scan import drafter_options, list_models
 
     entries = [e for e in list_models(paths)[0] if e.path.resolve() in {p.resolve() for p in paths}]
     target = entries[0]  # largest first

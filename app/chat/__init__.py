@@ -1,0 +1,1 @@
+"""The conversation view and what sits around it: input, legend."""

@@ -1,0 +1,1 @@
+"""What replies measured, shown: the stats panel, its charts, Compare."""
