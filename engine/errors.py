@@ -19,3 +19,7 @@ class IncompatiblePairError(EngineError):
 
 class ContextFullError(EngineError):
     """The prompt, or the conversation, does not fit in the context window."""
+
+
+class LoadCancelled(EngineError):
+    """A model load was cancelled before it finished: nothing of it stays loaded."""

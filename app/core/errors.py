@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError, ModelLoadError
+from engine.errors import (ContextFullError, EngineError, IncompatiblePairError, LoadCancelled, ModelFileError,
+                           ModelLoadError)
 from engine.models.default_pair import DefaultPairMissing
 
 
@@ -84,6 +85,8 @@ def explain(exc: BaseException) -> Notice:
             "not support, or need more memory; try another model in Models….",
             action=Action.OPEN_MODELS,
         )
+    if isinstance(exc, LoadCancelled):  # asked for: not an error
+        return Notice(f"{msg[:1].upper()}{msg[1:]}.", Level.INFO)
     if isinstance(exc, EngineError):
         return Notice(f"{msg[:1].upper()}{msg[1:]}.".replace("..", "."))
     return Notice(f"Something went wrong in the engine: {type(exc).__name__}: {msg}")

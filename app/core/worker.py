@@ -5,7 +5,9 @@ everything it learns leaves as signals, which Qt delivers to the GUI thread. It 
 a widget. Stop is not a slot (the thread is busy inside the reply): `stop()` marks request ids
 as stopped and sets the session's own stop flag directly from the GUI thread.
 
-Closing never waits for a slot that cannot be interrupted (a model load, a long prompt read):
+Loads can be cancelled from the GUI thread (`cancel_load`): llama.cpp stops within one tensor and
+frees what it had loaded, and the load ends as a failure with LoadCancelled. Closing cancels the
+load in progress and never waits for a slot that cannot be interrupted (a long prompt read):
 `close_soon()` makes every queued request a no-op and has the busy slot free the models itself
 when it returns, on this thread.
 """
@@ -15,12 +17,12 @@ import ctypes
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.errors import EngineError
+from engine.errors import EngineError, LoadCancelled
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
 
@@ -34,6 +36,8 @@ class LoadRequest:
     """'none', 'lookup' or a drafter model path (engine.decoding.session.DraftSpec syntax)."""
     load: LoadSettings = LoadSettings()
     """Context length, GPU layers, threads."""
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    """Set (EngineWorker.cancel_load) to cancel this load, queued or running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,7 @@ class EngineWorker(QObject):
         self._stopped: set[int] = set()
         self._running: int | None = None
         self._closing = False
+        self._loading: LoadRequest | None = None
         self._last_progress: tuple[str, int] = ("", -1)
 
     # -- called from the GUI thread ------------------------------------------------
@@ -101,9 +106,23 @@ class EngineWorker(QObject):
             if session is not None and self._running in self._stopped:
                 session.stop()
 
+    def cancel_load(self, req: LoadRequest | None = None) -> None:
+        """Cancel the load `req` (queued or running), or else the load running now; thread-safe,
+        returns at once. It ends with sig_load_failed(req, LoadCancelled, what is still loaded):
+        a cancelled drafter switch keeps the pair as it was, a new target leaves nothing loaded."""
+        with self._lock:
+            req = req or self._loading
+        if req is not None:
+            req.cancel.set()
+
     def close_soon(self) -> None:
-        """The app is closing: skip whatever is queued; the busy slot frees the models when it returns."""
-        self._closing = True
+        """The app is closing: cancel the load in progress, skip whatever is queued; the busy slot
+        frees the models when it returns."""
+        with self._lock:  # with load()'s check: either the load sees this, or this sees the load
+            self._closing = True
+            loading = self._loading
+        if loading is not None:
+            loading.cancel.set()
 
     def release(self) -> None:
         """Free the models now; only once the engine thread has ended."""
@@ -116,15 +135,28 @@ class EngineWorker(QObject):
     # -- slots, run on the engine thread -----------------------------------------------
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
-        if self._closing:
-            return
+        with self._lock:
+            if self._closing:
+                return
+            self._loading = req
+        try:
+            if req.cancel.is_set():  # cancelled while queued: what is loaded stays
+                self.sig_load_failed.emit(req, LoadCancelled(f"loading {Path(req.target).name} was cancelled"),
+                                          self._info)
+            else:
+                self._load(req)
+        finally:
+            with self._lock:
+                self._loading = None
+
+    def _load(self, req: LoadRequest) -> None:
         t0 = time.perf_counter()
         current = self._session
         if current is not None and self._info is not None and self._same_target(self._info.request, req) \
                 and hasattr(current, "set_drafter"):
             # Same target: swap only the drafter (the target stays loaded and measured).
             try:
-                current.set_drafter(req.drafter)
+                current.set_drafter(req.drafter, cancel=req.cancel)
             except Exception as exc:  # noqa: BLE001 - the old drafter stays in place
                 self.sig_load_failed.emit(req, exc, self._info)
                 return
@@ -136,8 +168,10 @@ class EngineWorker(QObject):
         self._close()
         try:
             # The session measures the target's (and drafter's) speed once loaded, for Auto.
-            session = Session(req.target, req.drafter, target_load=req.load, progress=self._progress, calibrate=True)
+            session = Session(req.target, req.drafter, target_load=req.load, progress=self._progress, calibrate=True,
+                              cancel=req.cancel)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the window
+            _return_freed_memory()  # a failed or cancelled load may have freed most of a model
             self.sig_load_failed.emit(req, exc, None)
             return
         if self._closing:  # the window closed while this loaded: nobody needs it

@@ -19,7 +19,7 @@ import numpy as np
 import llama_cpp as lc
 
 from engine.decoding.threads import default_batch_threads, default_threads
-from engine.errors import ContextFullError, EngineError, ModelLoadError
+from engine.errors import ContextFullError, EngineError, LoadCancelled, ModelLoadError
 from engine.gguf_check import validate_gguf
 
 _init_lock = threading.Lock()
@@ -100,20 +100,41 @@ class LlamaModel:
         path: str | Path,
         settings: LoadSettings = LoadSettings(),
         progress: Callable[[float], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
+        """`cancel`, set from any thread, ends the load within one tensor: LoadCancelled is raised
+        and llama.cpp has freed what it had loaded (its progress callback answered False)."""
         self.path = Path(path)
         self.info = validate_gguf(self.path)  # raises ModelFileError with a clear reason
         _ensure_backend()
         self.settings = settings
+        _check_cancel(cancel, self.path)
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.use_extra_bufts = use_extra_buffers(settings.extra_buffers)
-        if progress is not None:
-            # Keep the ctypes callback alive for the duration of the load.
-            self._progress_cb = lc.llama_progress_callback(lambda value, _user: (progress(float(value)), True)[1])
+        raised: list[BaseException] = []
+        if progress is not None or cancel is not None:
+            def on_progress(value: float, _user: ctypes.c_void_p) -> bool:
+                # An exception cannot cross llama.cpp: keep it, abort the load, raise it below.
+                try:
+                    if progress is not None:
+                        progress(float(value))
+                except BaseException as exc:  # noqa: BLE001
+                    raised.append(exc)
+                    return False
+                return cancel is None or not cancel.is_set()
+
+            # Kept with the model: llama.cpp keeps the pointer among the model's parameters.
+            self._progress_cb = lc.llama_progress_callback(on_progress)
             mparams.progress_callback = self._progress_cb
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if raised:
+            if self._model:
+                lc.llama_model_free(self._model)
+                self._model = None
+            raise raised[0]
         if not self._model:
+            _check_cancel(cancel, self.path)  # a cancelled load returns NULL too
             raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
         n_threads = settings.n_threads or default_threads()
         n_threads_batch = settings.n_threads_batch or (n_threads if settings.n_threads else default_batch_threads())
@@ -150,6 +171,9 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
         self._facts: VocabFacts | None = None
         self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+        if cancel is not None and cancel.is_set():  # it came while the context was made (not interruptible)
+            self.close()
+            _check_cancel(cancel, self.path)
 
     # -- facts ---------------------------------------------------------------
     def vocab_facts(self) -> VocabFacts:
@@ -312,6 +336,11 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
+
+
+def _check_cancel(cancel: threading.Event | None, path: Path) -> None:
+    if cancel is not None and cancel.is_set():
+        raise LoadCancelled(f"loading {path.name} was cancelled")
 
 
 def use_extra_buffers(asked: bool | None) -> bool:

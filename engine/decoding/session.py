@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
-from engine.errors import ContextFullError, EngineError
+from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import Event
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
@@ -89,10 +89,14 @@ class Session:
         draft_load: LoadSettings | None = None,
         progress: Callable[[str, float], None] | None = None,
         calibrate: bool = True,
+        cancel: threading.Event | None = None,
     ) -> None:
+        """`cancel`, set from any thread, ends loading and measuring early with LoadCancelled;
+        everything loaded so far is freed."""
         self._draft_load = draft_load or target_load
         self._progress = progress
-        self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None)
+        self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None,
+                                 cancel=cancel)
         self.costs = CostModel()
         self.stop_event = threading.Event()
         self._render, self._template_note = self._chat_renderer()
@@ -105,8 +109,8 @@ class Session:
         self._calibrate = calibrate
         try:
             if calibrate:
-                self.calibrate_target()
-            self.set_drafter(draft)
+                self.calibrate_target(cancel=cancel)
+            self.set_drafter(draft, cancel=cancel)
         except BaseException:
             self.close()
             raise
@@ -116,33 +120,40 @@ class Session:
         """What the user should know about this pair (fallbacks, missing template)."""
         return self._template_note + self._drafter_note
 
-    def set_drafter(self, draft: DraftSpec | str | None) -> None:
+    def set_drafter(self, draft: DraftSpec | str | None, cancel: threading.Event | None = None) -> None:
         """Switch drafters without reloading the target. A model drafter is loaded with the
-        target's context length and checked against llama.cpp's pairing rules first."""
+        target's context length and checked against llama.cpp's pairing rules first. If that
+        fails or `cancel` is set, the drafter in use stays, measured as it was."""
         spec = draft if isinstance(draft, DraftSpec) else DraftSpec.parse(draft)
         model = None
+        fresh = False
         if spec.model is not None:
             path = Path(spec.model)
             model = self._loaded_drafters.get(path)
             if model is None:
                 progress = self._progress
                 load = replace(self._draft_load, n_ctx=self.target.n_ctx)  # same context length, as llama.cpp's example
-                model = LlamaModel(path, load, progress=(lambda v: progress("drafter", v)) if progress else None)
-                try:
-                    check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
-                except BaseException:
-                    model.close()
-                    raise
-                self._loaded_drafters[path] = model  # kept: switching back is instant
+                model = LlamaModel(path, load, progress=(lambda v: progress("drafter", v)) if progress else None,
+                                   cancel=cancel)
+                fresh = True
         changed = model is not self.draft_model
+        per_token, catchup = Ewma(), BlockCost()
+        try:
+            if fresh:
+                check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
+            if changed and model is not None and self._calibrate:
+                self._measure_drafter(model, per_token, catchup, cancel=cancel)
+        except BaseException:
+            if fresh:
+                model.close()
+            raise
+        if fresh:
+            self._loaded_drafters[path] = model  # kept: switching back is instant
         self.draft_model = model
         self.spec = spec
         self.drafter = self._make_drafter()
         if changed:
-            self.costs.draft_per_token = Ewma()
-            self.costs.catchup = BlockCost()
-            if model is not None and self._calibrate:
-                self.calibrate_drafter()
+            self.costs.draft_per_token, self.costs.catchup = per_token, catchup
 
     def _make_drafter(self) -> Drafter | None:
         self._drafter_note = []
@@ -161,22 +172,28 @@ class Session:
         return lookup or model
 
     # -- measuring --------------------------------------------------------------
-    def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2) -> None:
+    def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2,
+                         cancel: threading.Event | None = None) -> None:
         """Time the target's pass for a few block sizes: Auto prices every draft length from
         these before the first reply, and refines them online."""
-        for n, dt in self._time_blocks(self.target, sizes, repeats):
+        for n, dt in self._time_blocks(self.target, sizes, repeats, cancel):
             self.costs.add_verify(n, dt)
 
     def calibrate_drafter(self, repeats: int = 3) -> None:
         """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            for n, dt in self._time_blocks(self.draft_model, (1, 16, 64), repeats):
-                if n == 1:
-                    self.costs.draft_per_token.add(dt)
-                else:
-                    self.costs.catchup.add(n, dt)
+            self._measure_drafter(self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats)
 
-    def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int) -> list[tuple[int, float]]:
+    def _measure_drafter(self, model: LlamaModel, per_token: Ewma, catchup: BlockCost, repeats: int = 3,
+                         cancel: threading.Event | None = None) -> None:
+        for n, dt in self._time_blocks(model, (1, 16, 64), repeats, cancel):
+            if n == 1:
+                per_token.add(dt)
+            else:
+                catchup.add(n, dt)
+
+    def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
+                     cancel: threading.Event | None = None) -> list[tuple[int, float]]:
         probe = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
         def back_to_probe() -> None:
             if model.can_trim and len(model.kv) >= len(probe):
@@ -190,6 +207,9 @@ class Session:
         out = []
         for n in sizes if model.can_trim else sizes[:1]:
             for _ in range(repeats):
+                if cancel is not None and cancel.is_set():
+                    model.clear()
+                    raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
                 model.decode((probe * 16)[:n], "all")
