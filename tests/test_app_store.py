@@ -7,12 +7,12 @@ import sqlite3
 
 import pytest
 
-from app.export import to_markdown, trace_records
-from app.records import Role
-from app.reply_stats import ReplyStats, pace, verdict
-from app.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
-from app.store import ChatStore, database_path
-from app.theme import Theme
+from app.history.export import to_markdown, trace_records
+from app.history.records import Role
+from app.history.reply_stats import ReplyStats, pace, verdict
+from app.core.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
+from app.history.store import ChatStore, database_path
+from app.core.theme import Theme
 from test_app_support import SCHEMA_1
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
@@ -163,7 +163,7 @@ def test_settings_round_trip_and_a_damaged_file_is_set_aside():
 
 
 def test_errors_become_notices_that_say_what_to_do():
-    from app.errors import Action, explain
+    from app.core.errors import Action, explain
     from engine.errors import ContextFullError, IncompatiblePairError, ModelFileError, ModelLoadError
 
     cases = [
@@ -191,5 +191,5 @@ def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
     assert store.notice is None  # upgraded, not set aside
     reply = store.messages(1)[1]
     assert [t.text for t in reply.tokens] == ["yo"] and reply.tokens[0].runner_up is None
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "2"
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
     store.close()

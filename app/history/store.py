@@ -6,6 +6,17 @@ reason other than damage: only a file SQLite itself calls corrupt (not a databas
 failed integrity check) is renamed aside. A locked, read-only or unreadable file, a full disk or a
 newer schema leave the file as it is; the store then opens it read-only, or, when it cannot be
 read at all, keeps this window's chats in memory, and `notice` says which and why.
+
+A conversation is a tree: each message names its parent (the message it follows; NULL for the
+first), and messages sharing a parent are alternatives (a regenerated reply, an edited question).
+Which alternative is shown is remembered per sibling group with `shown`, a per-conversation
+counter stamped on a message each time it is written or chosen: in each group the highest stamp
+is shown. That is one row written per choice and no invariant spanning rows (a "chosen" flag
+must be cleared on every sibling in the same transaction, and a half-written or hand-edited
+file could hold none or two); a new alternative is shown because it is stamped last, and
+deleting the shown one falls back to the one shown before it. Each group keeps its own choice,
+so stepping back to an earlier alternative brings back the branch that was last shown under it.
+A conversation-wide leaf pointer would remember only one branch.
 """
 from __future__ import annotations
 
@@ -15,6 +26,7 @@ import time
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
+from typing import NamedTuple
 
 from engine import paths
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
@@ -23,7 +35,7 @@ from app.history.records import Conversation, Message, Role, round_from_dict, st
 from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 2  # 2: tokens keep the greedy runner-up and margin
+SCHEMA_VERSION = 3  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives)
 BUSY_S = 1.0
 """How long a statement waits for another process's lock before it gives up (GUI thread: short)."""
 
@@ -46,9 +58,12 @@ CREATE TABLE IF NOT EXISTS messages (
     settings TEXT NOT NULL DEFAULT '{}',
     finish_reason TEXT,
     stats TEXT,
-    error TEXT NOT NULL DEFAULT ''
+    error TEXT NOT NULL DEFAULT '',
+    parent_id INTEGER REFERENCES messages(id),
+    shown INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
 CREATE TABLE IF NOT EXISTS rounds (
     message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
     round INTEGER NOT NULL,
@@ -73,13 +88,34 @@ CREATE TABLE IF NOT EXISTS tokens (
 
 _COLUMNS = {  # what this version reads; a file lacking any is not ours to write into
     "conversations": "id, title, created, updated",
-    "messages": "id, conversation_id, role, content, created, target, drafter, settings, finish_reason, stats, error",
+    "messages": "id, conversation_id, role, content, created, target, drafter, settings, finish_reason, stats, error, "
+                "parent_id, shown",
     "rounds": "message_id, round, data",
     "tokens": "message_id, idx, text, token_id, source, round, p, q, runner_up, margin",
 }
 _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in one transaction
     1: ("ALTER TABLE tokens ADD COLUMN runner_up INTEGER", "ALTER TABLE tokens ADD COLUMN margin REAL"),
+    2: ("ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id)",
+        "ALTER TABLE messages ADD COLUMN shown INTEGER NOT NULL DEFAULT 0",
+        # Each message follows the one before it in its conversation: the chat was a list.
+        "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages AS p "
+        "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)",
+        "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)"),
 }
+
+
+LEAF = object()
+"""add_message's default parent: the last message of the shown path."""
+
+
+class PathStep(NamedTuple):
+    """One message of the shown path, before its text is read."""
+
+    id: int
+    variant: int
+    """Its place among its alternatives, from 1 (oldest first)."""
+    variants: int
+    """How many alternatives share its parent."""
 
 
 class StoreError(Exception):
@@ -368,17 +404,64 @@ class ChatStore:
 
     # -- messages ----------------------------------------------------------------
     def add_message(self, conv_id: int, role: Role, content: str, target: str = "", drafter: str = "",
-                    settings: dict | None = None) -> Message:
+                    settings: dict | None = None, parent_id: int | None | object = LEAF) -> Message:
+        """A new message after `parent_id` (None: a first message; LEAF: the shown path's last one).
+
+        It becomes the shown alternative among its siblings."""
+        if parent_id is LEAF:
+            path = self.shown_path(conv_id)
+            parent_id = path[-1].id if path else None
         now = time.time()
         (mid, _) = self._write([
-            ("INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings) "
-             "VALUES (?,?,?,?,?,?,?)", (conv_id, role.value, content, now, target, drafter, json.dumps(settings or {}))),
+            ("INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, parent_id, shown) "
+             "VALUES (?,?,?,?,?,?,?,?,(SELECT COALESCE(MAX(shown), 0) + 1 FROM messages WHERE conversation_id=?))",
+             (conv_id, role.value, content, now, target, drafter, json.dumps(settings or {}), parent_id, conv_id)),
             ("UPDATE conversations SET updated=? WHERE id=?", (now, conv_id)),
         ])
-        return Message(mid, role, content, target, drafter, created=now, settings=dict(settings or {}))
+        return Message(mid, role, content, target, drafter, created=now, settings=dict(settings or {}),
+                       parent_id=parent_id)  # type: ignore[arg-type]
 
     def delete_message(self, message_id: int) -> None:
-        self._write([("DELETE FROM messages WHERE id=?", (message_id,))])
+        """Delete one message; its children move up to its parent, keeping their own branches.
+
+        Only the message itself is lost: a question's replies, or the turns after a reply, are
+        not collateral damage. When the deleted message was the shown one of its group, the child
+        it showed takes its place on the shown path."""
+        rows = self._read("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,))
+        if not rows:
+            return
+        conv_id, parent_id = rows[0]
+        groups = self._groups(conv_id)
+        siblings = groups.get(parent_id if parent_id in _ids(groups) else None, [])
+        children = groups.get(message_id, [])
+        keep = None  # who is shown once the children join the group: restamped so that it stays so
+        if children:
+            shown = _shown_of(siblings)
+            keep = _shown_of(children) if shown == message_id else shown
+        batch: list[tuple[str, Sequence]] = [
+            ("UPDATE messages SET parent_id=? WHERE parent_id=?", (parent_id, message_id)),
+            ("DELETE FROM tokens WHERE message_id=?", (message_id,)),  # schema-1 files have no cascade
+            ("DELETE FROM rounds WHERE message_id=?", (message_id,)),
+            ("DELETE FROM messages WHERE id=?", (message_id,)),
+        ]
+        if keep is not None:
+            batch.append(_stamp(keep, conv_id))
+        self._write(batch)
+
+    def choose(self, message_id: int) -> None:
+        """Show this alternative among its siblings (its own chosen descendants follow it)."""
+        rows = self._read("SELECT conversation_id FROM messages WHERE id=?", (message_id,))
+        if rows:
+            self._write([_stamp(message_id, rows[0][0])])
+
+    def siblings(self, message_id: int) -> list[int]:
+        """The alternatives `message_id` is one of (itself included), oldest first."""
+        rows = self._read("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,))
+        if not rows:
+            return []
+        groups = self._groups(rows[0][0])
+        parent = rows[0][1] if rows[0][1] in _ids(groups) else None
+        return [mid for mid, _ in groups.get(parent, [])]
 
     def append(self, message_id: int, rounds: Sequence[RoundEvent], tokens: Sequence[TokenEvent]) -> None:
         """One transaction for a batch of rounds and tokens, as they arrive."""
@@ -413,21 +496,65 @@ class ChatStore:
         rows = self._read("SELECT settings FROM messages WHERE id=?", (message_id,))
         return _settings_dict(rows[0][0]) if rows else {}
 
+    def _groups(self, conv_id: int) -> dict[int | None, list[tuple[int, int]]]:
+        """Sibling groups by parent id (None: first messages), each [(id, shown stamp)] oldest first.
+
+        A parent id naming no message of this conversation counts as None: a hand-edited file
+        still shows every message somewhere."""
+        rows = self._read("SELECT id, parent_id, shown FROM messages WHERE conversation_id=? ORDER BY id", (conv_id,))
+        ids = {r[0] for r in rows}
+        groups: dict[int | None, list[tuple[int, int]]] = {}
+        for mid, parent, shown in rows:
+            groups.setdefault(parent if parent in ids else None, []).append((mid, shown))
+        return groups
+
+    def shown_path(self, conv_id: int) -> list[PathStep]:
+        """The shown conversation, first message to last, without reading any text or token."""
+        groups = self._groups(conv_id)
+        path: list[PathStep] = []
+        seen: set[int] = set()
+        parent: int | None = None
+        while parent in groups:
+            group = groups[parent]
+            mid = _shown_of(group)
+            if mid in seen:
+                break  # a loop only a hand-edited file can hold
+            seen.add(mid)
+            path.append(PathStep(mid, [g[0] for g in group].index(mid) + 1, len(group)))
+            parent = mid
+        return path
+
     def messages(self, conv_id: int) -> list[Message]:
-        rows = self._read(
-            "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings FROM messages "
-            "WHERE conversation_id=? ORDER BY id", (conv_id,)
-        )
-        out: list[Message] = []
-        for mid, role, content, target, drafter, finish, stats, error, created, settings in rows:
-            try:
-                m = Message(mid, Role(role), content, target, drafter, error=error, created=created,
-                            settings=_settings_dict(settings))
-            except ValueError:
-                continue  # a role this version does not know (a newer Draftlight's)
-            if m.role == Role.ASSISTANT:
-                self._fill_reply(m, finish, stats)
-            out.append(m)
+        """The shown path: first message to last, following the shown alternative of each group,
+        each with its place among its alternatives (`variant` of `variants`)."""
+        path = self.shown_path(conv_id)
+        loaded = self.load([step.id for step in path])
+        out = []
+        for step in path:
+            m = loaded.get(step.id)
+            if m is not None:  # None: a role this version does not know (a newer Draftlight's)
+                m.variant, m.variants = step.variant, step.variants
+                out.append(m)
+        return out
+
+    def load(self, ids: Sequence[int]) -> dict[int, Message]:
+        """These messages by id, replies with their rounds and tokens (ids not found are left out)."""
+        out: dict[int, Message] = {}
+        for start in range(0, len(ids), 500):  # SQLite's limit on bound parameters
+            chunk = list(ids[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = self._read(
+                "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings, parent_id "
+                f"FROM messages WHERE id IN ({marks})", chunk)
+            for mid, role, content, target, drafter, finish, stats, error, created, settings, parent in rows:
+                try:
+                    m = Message(mid, Role(role), content, target, drafter, error=error, created=created,
+                                settings=_settings_dict(settings), parent_id=parent)
+                except ValueError:
+                    continue  # a role this version does not know (a newer Draftlight's)
+                if m.role == Role.ASSISTANT:
+                    self._fill_reply(m, finish, stats)
+                out[mid] = m
         return out
 
     def _fill_reply(self, m: Message, finish: str | None, stats: str | None) -> None:
@@ -459,6 +586,21 @@ class ChatStore:
             m.finish_reason = FinishReason.CANCELLED
             m.content = m.content or "".join(t.text for t in m.tokens)
             m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")
+
+
+def _shown_of(group: Sequence[tuple[int, int]]) -> int:
+    """The shown one of a sibling group: highest stamp, the newest on a tie (a migrated file's zeros)."""
+    return max(group, key=lambda g: (g[1], g[0]))[0]
+
+
+def _ids(groups: dict[int | None, list[tuple[int, int]]]) -> set[int]:
+    return {mid for group in groups.values() for mid, _ in group}
+
+
+def _stamp(message_id: int, conv_id: int) -> tuple[str, Sequence]:
+    """The statement that makes `message_id` the shown one of its group."""
+    return ("UPDATE messages SET shown = (SELECT COALESCE(MAX(shown), 0) + 1 FROM messages WHERE conversation_id=?) "
+            "WHERE id=?", (conv_id, message_id))
 
 
 def _settings_dict(text: str | None) -> dict:

@@ -1,0 +1,230 @@
+"""Conversations and their messages: the list, the open one, and its shown path of alternatives.
+
+A conversation is a tree in the store (see app.history.store); the window shows one path through
+it, `messages`, which is also the history the engine is given. Choosing another alternative,
+deleting a message or adding a branch re-reads only the path's shape and loads the messages not
+already in memory, so stepping through alternatives of a long chat does not re-read its tokens.
+
+It knows nothing of the engine: the reply being written is reached through `live`, which the
+controller wires to the replies, so that a reopened chat keeps appending to the very Message the
+reply is filling.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import QObject, Signal
+
+from app.core.errors import Notice
+from app.history.records import Conversation, Message, Role
+from app.history.reply_recorder import ReplyRecorder
+from app.history.reply_stats import ReplyStats
+from app.history.store import ChatStore, StoreError
+
+TITLE_CHARS = 48
+
+
+def title_of(text: str) -> str:
+    """A chat's default title: the first words of its first message."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class Conversations(QObject):
+    """The store's conversations as the window sees them (GUI thread)."""
+
+    sig_notice = Signal(object)
+    """Show a Notice above the chat."""
+    sig_conversations = Signal(object, object)
+    """The conversation list changed (list[Conversation], id of the open one or None)."""
+    sig_messages = Signal(object)
+    """Show these messages (list[Message], the shown path): a chat was opened or its path changed."""
+    sig_message_added = Signal(object)
+    """Append this Message to the open conversation."""
+    sig_stats = Signal(object, str)
+    """Show these numbers (StatsSnapshot or None) under this title."""
+
+    def __init__(self, store: ChatStore, live: Callable[[], ReplyRecorder | None],
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.live = live
+        """The chat reply being written, if any."""
+        self.current_id: int | None = None
+        self.messages: list[Message] = []
+        """The open conversation's shown path, first message to last."""
+        self.search = ""
+
+    def failed(self, exc: StoreError) -> None:
+        """A store call failed: say so in one sentence."""
+        text = str(exc)
+        self.sig_notice.emit(Notice(text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")))
+
+    # -- the list -------------------------------------------------------------------------------
+    def listing(self) -> list[Conversation]:
+        try:
+            return self.store.conversations(self.search)
+        except StoreError as exc:
+            self.failed(exc)
+            return []
+
+    def conversation(self, conv_id: int) -> Conversation | None:
+        try:
+            return self.store.conversation(conv_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return None
+
+    def current(self) -> Conversation | None:
+        return self.conversation(self.current_id) if self.current_id is not None else None
+
+    def emit_list(self) -> None:
+        self.sig_conversations.emit(self.listing(), self.current_id)
+
+    def set_search(self, text: str) -> None:
+        self.search = text
+        self.emit_list()
+
+    def new(self) -> None:
+        try:
+            conv = self.store.new_conversation()
+        except StoreError as exc:
+            self.failed(exc)
+            return
+        self.current_id = conv.id
+        self.messages = []
+        self.search = ""
+        self.emit_list()
+        self.sig_messages.emit([])
+        self.sig_stats.emit(None, "This reply")
+
+    def open(self, conv_id: int) -> None:
+        if conv_id == self.current_id and self.messages:
+            return
+        try:
+            messages = self.store.messages(conv_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return
+        self.current_id = conv_id
+        self._show(messages)
+
+    def rename(self, conv_id: int, title: str) -> None:
+        try:
+            self.store.rename(conv_id, title)
+        except StoreError as exc:
+            self.failed(exc)
+        self.emit_list()
+
+    def delete(self, conv_id: int) -> None:
+        try:
+            self.store.delete(conv_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return
+        if conv_id == self.current_id:
+            self.current_id = None
+            convs = self.listing()
+            if convs:
+                self.emit_list()
+                self.open(convs[0].id)
+                self.emit_list()
+                return
+            self.messages = []
+            self.sig_messages.emit([])
+            self.sig_stats.emit(None, "This reply")
+        self.emit_list()
+
+    def show_nothing(self) -> None:
+        self.sig_messages.emit([])
+        self.sig_stats.emit(None, "This reply")
+
+    # -- the open conversation's path ---------------------------------------------------------------
+    def ensure_open(self) -> int:
+        """The open conversation's id, starting one when none is open (raises StoreError)."""
+        if self.current_id is None:
+            self.current_id = self.store.new_conversation().id
+            self.messages = []
+        return self.current_id
+
+    def appended(self, added: Sequence[Message]) -> None:
+        """Messages were written after the path's end (a new exchange): show them."""
+        self.messages += list(added)
+        for m in added:
+            self.sig_message_added.emit(m)
+        self.emit_list()
+
+    def find(self, message_id: int) -> int | None:
+        """Where `message_id` is on the shown path (None: not shown)."""
+        return next((i for i, m in enumerate(self.messages) if m.id == message_id), None)
+
+    def reload(self) -> bool:
+        """The path changed in the store: show it again, reading only messages not yet in memory."""
+        if self.current_id is None:
+            return False
+        known = {m.id: m for m in self.messages}
+        try:
+            path = self.store.shown_path(self.current_id)
+            loaded = self.store.load([s.id for s in path if s.id not in known])
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        messages = []
+        for step in path:
+            m = known.get(step.id) or loaded.get(step.id)
+            if m is not None:
+                m.variant, m.variants = step.variant, step.variants
+                messages.append(m)
+        self._show(messages)
+        return True
+
+    def show_alternative(self, message_id: int, step: int) -> bool:
+        """Show the alternative `step` places after (or before) this message among its siblings."""
+        try:
+            siblings = self.store.siblings(message_id)
+            i = siblings.index(message_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        except ValueError:
+            return False
+        j = i + step
+        if not 0 <= j < len(siblings):
+            return False  # the view offers no step past either end
+        try:
+            self.store.choose(siblings[j])
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        return self.reload()
+
+    def delete_message(self, message_id: int) -> bool:
+        """Delete one message; what followed it moves up (see ChatStore.delete_message)."""
+        try:
+            self.store.delete_message(message_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        ok = self.reload()
+        self.emit_list()
+        return ok
+
+    def _show(self, messages: list[Message]) -> None:
+        live = self.live()
+        if live is not None and live.conversation_id == self.current_id:
+            # Keep appending to the very Message the reply is filling.
+            for i, m in enumerate(messages):
+                if m.id == live.message.id and m is not live.message:
+                    live.message.variant, live.message.variants = m.variant, m.variants
+                    messages[i] = live.message
+        self.messages = messages
+        self.sig_messages.emit(messages)
+        last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT), None)
+        if last is None:
+            self.sig_stats.emit(None, "This reply")
+        elif live is not None and live.message is last:
+            self.sig_stats.emit(live.stats.snapshot(), "This reply (streaming)")
+        else:
+            auto = last.stats.draft_mode == "auto" if last.stats else True
+            rounds = [last.rounds[k] for k in sorted(last.rounds)]
+            self.sig_stats.emit(ReplyStats.of_rounds(rounds, last.stats, auto).snapshot(), "Last reply")

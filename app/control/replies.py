@@ -1,0 +1,429 @@
+"""Replies: asking the engine thread for one, routing its events, and recording the chat's.
+
+Engine events arrive one by one from the worker and are handed on in batches, one per timer tick,
+so a fast pair cannot flood the event loop (and each batch is one SQLite transaction). One busy
+state for the whole app: while anything runs on the engine thread (a chat reply, or the two runs
+of Compare) nothing else can be sent, and each caller stops only its own requests.
+
+A chat reply always answers the shown path up to its question. Sending adds a question and its
+reply at the end; regenerating adds a reply beside the shown one (same question); resending an
+edit adds a question beside the edited one, and its reply. Each new message becomes the shown
+alternative of its group, so the path ends at the reply being written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine.decoding.events import FinishReason
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.session import GenerationSettings
+
+from app.control.conversations import Conversations, title_of
+from app.control.pairing import Pairing, drafter_label, pair_problem
+from app.control.preferences import Preferences
+from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
+from app.core.settings import AUTO, AppSettings
+from app.core.settings import _coerce as settings_from_dict
+from app.core.worker import EngineWorker, ReplyRequest
+from app.history.records import Message, Role
+from app.history.reply_recorder import ReplyRecorder
+from app.history.reply_stats import ReplyStats
+from app.history.store import StoreError
+
+FLUSH_MS = 40
+"""How often streamed events reach the window (and the database)."""
+REPLAYED = ("target", "drafter", "draft_max", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens",
+            "system_prompt")
+"""What "regenerate" takes from the reply's recorded settings; the rest (context, threads, view) stays as is."""
+
+
+class ReplyHandler(Protocol):
+    """Whoever asked for a reply: the chat, or the compare dialog."""
+
+    def on_events(self, events: list) -> None: ...
+    def on_failed(self, exc: BaseException) -> None: ...
+    def on_finished(self) -> None: ...
+
+
+def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[str, str]]:
+    """A conversation as the engine wants it, system prompt first: the chat and Compare both use this.
+
+    Consecutive messages of one role are sent as one turn: deleting a message can leave two
+    questions (or two replies) in a row, and many chat templates refuse turns that do not alternate.
+    """
+    out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+    for m in messages:
+        text = m.text
+        if m.role == Role.ASSISTANT and not text:
+            continue
+        if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
+            out[-1] = {"role": m.role.value, "content": out[-1]["content"] + "\n\n" + text}
+        else:
+            out.append({"role": m.role.value, "content": text})
+    return out
+
+
+def generation_settings_of(s: AppSettings, plain: bool = False) -> GenerationSettings:
+    return GenerationSettings(
+        sampling=SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, seed=s.seed),
+        draft_max=0 if plain else s.draft_max,
+        max_tokens=s.max_tokens,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompareRuns:
+    """What Compare queued: the speculative and the plain run of one reply's prompt."""
+
+    ids: tuple[int, int]
+    """Request ids (speculative, plain): Compare stops these and nothing else."""
+    settings: AppSettings
+    """The settings both runs use: the reply's own, as recorded."""
+    notes: tuple[str, ...]
+    """Where the runs cannot be like the recorded reply (another pair loaded now, settings unknown)."""
+
+
+class Replies(QObject):
+    """Requests to the engine thread and the chat reply being written (GUI thread)."""
+
+    sig_notice = Signal(object)
+    """Show a Notice above the chat."""
+    sig_tokens = Signal(object, object)
+    """The streaming reply (Message) gained these tokens (list[TokenEvent])."""
+    sig_reply_finished = Signal(object)
+    """The streaming reply (Message) is over."""
+    sig_stats = Signal(object, str)
+    """Show these numbers (StatsSnapshot or None) under this title."""
+    sig_busy = Signal(bool)
+    """The engine thread took work (True: a chat reply or Compare; nothing can be sent) or is free (False)."""
+    sig_input_restore = Signal(str)
+    """A reply failed before its first token: put the user's text back in the input box."""
+    sig_request = Signal(object)
+    """A ReplyRequest was queued for the engine thread (the worker's input, as sent)."""
+
+    def __init__(self, prefs: Preferences, worker: EngineWorker, conversations: Conversations, pairing: Pairing,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.prefs = prefs
+        self.worker = worker
+        self.conversations = conversations
+        self.pairing = pairing
+        self.chat_reply: ReplyRecorder | None = None
+        self.closed = False
+        self._new_question = False  # the chat reply's question was written for it (send, edit)
+        self._ids = itertools.count(1)
+        self._handlers: dict[int, ReplyHandler] = {}
+        self._pending: dict[int, list] = {}
+        self._was_busy = False
+        self.sig_request.connect(worker.reply)
+        self._links = ((worker.sig_event, self._on_event), (worker.sig_reply_failed, self._on_reply_failed),
+                       (worker.sig_reply_finished, self._on_reply_finished))
+        for sig, slot in self._links:
+            sig.connect(slot)
+        self._flush_timer = QTimer(self, interval=FLUSH_MS)
+        self._flush_timer.timeout.connect(self.flush)
+
+    @property
+    def settings(self) -> AppSettings:
+        return self.prefs.settings
+
+    @property
+    def store(self):
+        return self.conversations.store
+
+    # -- busy -----------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """A chat reply or a Compare run is queued or running on the engine thread."""
+        return self.chat_reply is not None or bool(self._handlers)
+
+    def _busy_changed(self) -> None:
+        if self.busy != self._was_busy:
+            self._was_busy = self.busy
+            self.sig_busy.emit(self._was_busy)
+
+    def interrupt(self) -> str | None:
+        """Stop whatever runs (models are switching); says what was stopped."""
+        if not self.busy:
+            return None
+        what = "The reply" if self.chat_reply is not None else "Compare"
+        self.stop()
+        return what
+
+    def stop(self) -> None:
+        """Stop whatever runs on the engine thread (takes effect within one round)."""
+        self.worker.stop(list(self._handlers))
+
+    def stop_requests(self, ids: Sequence[int]) -> None:
+        """Stop only these requests, if they are still queued or running."""
+        self.worker.stop([i for i in ids if i in self._handlers])
+
+    # -- chat replies -----------------------------------------------------------------------------
+    def _can_start(self) -> bool:
+        if self.busy or self.closed:
+            return False
+        if not self.settings.target:
+            self.sig_notice.emit(Notice("Choose a target model first: install one in Models…, or pick a GGUF file "
+                                        "in the Target list.", Level.WARNING, Action.OPEN_MODELS))
+            return False
+        return True
+
+    def send(self, text: str) -> bool:
+        """Start a reply to `text` after the shown path; False (and a notice) when it cannot start."""
+        text = text.strip()
+        if not text or not self._can_start():
+            return False
+        convs, s = self.conversations, self.settings
+        try:
+            conv = convs.ensure_open()
+            history = list(convs.messages)
+            parent = history[-1].id if history else None
+            user = self.store.add_message(conv, Role.USER, text, parent_id=parent)
+            self.store.set_title_if_default(conv, title_of(text))
+            reply = self._new_reply(conv, user, s)
+        except StoreError as exc:
+            convs.failed(exc)
+            return False
+        self._start(history + [user], user, reply, s, new_question=True, at_end=True)
+        return True
+
+    def regenerate(self, message_id: int, current: bool) -> bool:
+        """A new alternative reply beside this one (or under this question), made with the reply's
+        recorded settings, or with the current ones when `current`. A question has no recorded
+        settings: its new reply always uses the current ones."""
+        convs = self.conversations
+        i = convs.find(message_id)
+        if i is None or not self._can_start():
+            return False
+        m = convs.messages[i]
+        q = i if m.role == Role.USER else i - 1
+        if q < 0:
+            self.sig_notice.emit(Notice("This reply follows no message, so there is nothing to answer again.",
+                                        Level.INFO))
+            return False
+        s = self.settings if current or m.role == Role.USER else self._replayed(m)
+        if s is None:
+            return False
+        question = convs.messages[q]
+        try:
+            reply = self._new_reply(convs.current_id, question, s)
+        except StoreError as exc:
+            convs.failed(exc)
+            return False
+        self._start(convs.messages[: q + 1], question, reply, s, new_question=False, at_end=False)
+        return True
+
+    def resend_edit(self, message_id: int, text: str) -> bool:
+        """An edited question beside the original (which stays as an alternative), and its reply."""
+        text = text.strip()
+        convs = self.conversations
+        i = convs.find(message_id)
+        if i is None:
+            self.sig_notice.emit(Notice("The message being edited is not shown any more; the edit was not sent.",
+                                        Level.WARNING))
+            return False
+        if not text or convs.messages[i].role != Role.USER or not self._can_start():
+            return False
+        s = self.settings
+        try:
+            user = self.store.add_message(convs.current_id, Role.USER, text, parent_id=convs.messages[i].parent_id)
+            reply = self._new_reply(convs.current_id, user, s)
+        except StoreError as exc:
+            convs.failed(exc)
+            return False
+        self._start(convs.messages[:i] + [user], user, reply, s, new_question=True, at_end=False)
+        return True
+
+    def _replayed(self, reply: Message) -> AppSettings | None:
+        """The current settings with the reply's pair, k and sampling; its pair is loaded if it is
+        not. None (and a notice saying why) when the reply cannot be made again that way."""
+        recorded = self.recorded_settings(reply)
+        if recorded is None:
+            self.sig_notice.emit(Notice("This reply's settings were not recorded, so it cannot be made again the same "
+                                        "way. Use “Regenerate with current settings” instead.", Level.WARNING))
+            return None
+        problem = pair_problem(recorded.target, recorded.drafter)
+        if problem:
+            self.sig_notice.emit(Notice(f"This reply cannot be made again with its own pair: {problem}. Install it "
+                                        "again in Models…, or use “Regenerate with current settings”.",
+                                        Level.WARNING, Action.OPEN_MODELS))
+            return None
+        if (recorded.target, recorded.drafter) != (self.settings.target, self.settings.drafter):
+            self.pairing.use_pair(recorded.target, recorded.drafter)
+            self.sig_notice.emit(Notice(f"Loading {Path(recorded.target).name} + {drafter_label(recorded.drafter)}, "
+                                        "the pair this reply was made with.", Level.INFO))
+        return dataclasses.replace(self.settings, **{k: getattr(recorded, k) for k in REPLAYED})
+
+    def _new_reply(self, conv_id: int, question: Message, s: AppSettings) -> Message:
+        return self.store.add_message(conv_id, Role.ASSISTANT, "", Path(s.target).name, drafter_label(s.drafter),
+                                      s.to_json(), parent_id=question.id)
+
+    def _start(self, history: list[Message], question: Message, reply: Message, s: AppSettings,
+               new_question: bool, at_end: bool) -> None:
+        convs = self.conversations
+        assert convs.current_id is not None
+        recorder = ReplyRecorder(
+            self.store, convs.current_id, question, reply, auto=s.draft_max == AUTO,
+            on_tokens=self._recorder_tokens, on_stats=self._recorder_stats,
+            on_finished=self._recorder_finished, on_notice=self.sig_notice.emit,
+        )
+        self.chat_reply = recorder
+        self._new_question = new_question
+        if at_end:
+            convs.appended([question, reply])
+        else:  # a new branch: the path below the branch point changes
+            convs.reload()
+            convs.emit_list()
+        self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
+        self.pairing.ensure_loaded()
+        self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder)
+
+    def abandon(self, conv_id: int) -> None:
+        """The conversation is being deleted: its running reply stops and writes nothing more."""
+        live = self.chat_reply
+        if live is not None and live.conversation_id == conv_id:
+            live.orphaned = True
+            self.stop()
+
+    # -- any request --------------------------------------------------------------------------------
+    def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler,
+                      cold: bool = False) -> int:
+        """Queue a reply on the engine thread; events go to `handler` in batches."""
+        rid = next(self._ids)
+        self._handlers[rid] = handler
+        self.sig_request.emit(ReplyRequest(rid, tuple(messages), settings, cold))
+        self._busy_changed()
+        return rid
+
+    def recorded_settings(self, reply: Message) -> AppSettings | None:
+        """The settings `reply` was made with, or None when they were not recorded."""
+        data = reply.settings
+        if not data:
+            try:
+                data = self.store.reply_settings(reply.id)
+            except StoreError:
+                return None
+        return settings_from_dict(data) if data else None
+
+    def compare(self, messages: Sequence[Message], speculative: ReplyHandler, plain: ReplyHandler) -> CompareRuns | None:
+        """Run the prompt of `messages[-1]` (a finished reply) again twice, speculative then plain, with
+        the reply's own system prompt, sampling and history, each from empty caches (both cold: no run
+        reuses what the other, or the chat, left). None when the engine is busy."""
+        if self.busy or self.closed or not messages:
+            return None
+        reply = messages[-1]
+        notes = []
+        s = self.recorded_settings(reply)
+        if s is None:
+            s = self.settings
+            notes.append("This reply's settings were not recorded; today's system prompt and sampling are used.")
+        loaded = self.pairing.loaded_or_wanted()
+        if loaded is not None and loaded.target.name != reply.target:
+            notes.append(f"{loaded.target.name} is loaded now, but the reply came from {reply.target}.")
+        elif loaded is not None and reply.drafter and drafter_label(loaded.drafter) != reply.drafter:
+            notes.append(f"The drafter now is {drafter_label(loaded.drafter)}; the reply was made with {reply.drafter}.")
+        history = history_for(messages[:-1], s.system_prompt)
+        self.pairing.ensure_loaded()
+        ids = (self.request_reply(history, generation_settings_of(s), speculative, cold=True),
+               self.request_reply(history, generation_settings_of(s, plain=True), plain, cold=True))
+        return CompareRuns(ids, s, tuple(notes))
+
+    def _on_event(self, rid: int, event: object) -> None:
+        self._pending.setdefault(rid, []).append(event)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for rid, events in pending.items():
+            handler = self._handlers.get(rid)
+            if handler is not None and events:
+                handler.on_events(events)
+        if not self._pending:
+            self._flush_timer.stop()
+
+    def _on_reply_failed(self, rid: int, exc: BaseException) -> None:
+        self.flush()
+        handler = self._handlers.get(rid)
+        if handler is not None:
+            handler.on_failed(exc)
+
+    def _on_reply_finished(self, rid: int) -> None:
+        self.flush()
+        handler = self._handlers.pop(rid, None)
+        if handler is not None:
+            handler.on_finished()
+        self._busy_changed()
+
+    # -- the chat reply's callbacks -------------------------------------------------------------
+    def _showing(self, recorder: ReplyRecorder) -> bool:
+        return recorder.conversation_id == self.conversations.current_id and not recorder.orphaned
+
+    def _recorder_tokens(self, message: Message, tokens: list) -> None:
+        rec = self.chat_reply
+        if rec is not None and self._showing(rec):
+            self.sig_tokens.emit(message, tokens)
+
+    def _recorder_stats(self, stats: ReplyStats) -> None:
+        rec = self.chat_reply
+        if rec is not None and self._showing(rec):
+            self.sig_stats.emit(stats.snapshot(), "This reply" if stats.final else "This reply (streaming)")
+
+    def _recorder_finished(self, rec: ReplyRecorder) -> None:
+        self.chat_reply = None
+        if rec.orphaned:
+            return
+        if rec.error is not None and self.pairing.loaded is None and self.pairing.load_error is not None:
+            rec.error = self.pairing.load_error  # "no model is loaded" because loading failed: say why
+        if rec.done is None and not rec.message.tokens:
+            # Failed before any token: take back what this request wrote (the reply, and the question
+            # when it was written for it: a regenerated reply's question stays) and show the path as it was.
+            taken = [rec.message] + ([rec.user] if self._new_question else [])
+            for m in taken:
+                try:
+                    self.store.delete_message(m.id)
+                except StoreError:
+                    pass
+            if self._showing(rec):
+                self.conversations.reload()
+                if self._new_question:
+                    self.sig_input_restore.emit(rec.user.content)
+            if rec.error is not None:
+                self.sig_notice.emit(explain(rec.error))
+            self.conversations.emit_list()
+            return
+        if self._showing(rec):
+            self.sig_reply_finished.emit(rec.message)
+        if rec.error is not None:
+            self.sig_notice.emit(explain(rec.error))
+        elif rec.done is not None and rec.done.finish_reason == FinishReason.CONTEXT_FULL:
+            self.sig_notice.emit(CONTEXT_FULL_NOTICE)
+        elif rec.done is not None and rec.done.stats.note:
+            self.sig_notice.emit(Notice(rec.done.stats.note[:1].upper() + rec.done.stats.note[1:] + ".", Level.INFO))
+        self.conversations.emit_list()
+
+    # -- closing ---------------------------------------------------------------------------------
+    def disconnect_worker(self) -> None:
+        self._flush_timer.stop()
+        for sig, slot in self._links:
+            try:
+                sig.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass
+
+    def close(self) -> None:
+        """After the engine thread ended or was left behind: a reply whose end never came is kept as
+        far as it was shown, marked stopped."""
+        rec, self.chat_reply = self.chat_reply, None
+        if rec is not None and not rec.orphaned:
+            try:
+                self.store.finish(rec.message.id, None, rec.message.text, "stopped: the app was closed during the reply")
+            except StoreError:
+                pass  # the batches already written stand; it reads back as interrupted
+        self._handlers.clear()
