@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.decoding.history_index import HistoryIndex
 from engine.decoding.llama_backend import LlamaModel
 from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
@@ -52,6 +53,9 @@ class Draft:
     """Wall time the drafter spent reading tokens it had not seen yet."""
     catchup_tokens: int = 0
     """How many tokens that was."""
+    confidence: list[float] = field(default_factory=list)
+    """Per token, the drafter's own estimate that the target agrees (history drafts: from counts;
+    empty when the drafter gives none). Only for pricing and display: acceptance ignores it."""
 
     @property
     def kind(self) -> DraftKind:
@@ -59,7 +63,7 @@ class Draft:
 
     def truncated(self, n: int) -> "Draft":
         return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.key, self.asked,
-                     self.catchup_s, self.catchup_tokens)
+                     self.catchup_s, self.catchup_tokens, self.confidence[:n])
 
 
 class Drafter(ABC):
@@ -181,12 +185,18 @@ class ModelDrafter(Drafter):
 
 class LookupDrafter(Drafter):
     """Prompt lookup: propose what followed the most recent earlier occurrence of the
-    longest n-gram that ends the context (prompt and reply so far). No model, no cost."""
+    longest n-gram that ends the context (prompt and reply so far). No model, no cost.
 
-    def __init__(self, max_ngram: int = 5, min_ngram: int = 2) -> None:
+    With a `history` index (opt-in), past conversations are asked when this one has nothing
+    worth verifying: a match here is recent and on topic, so it goes first; the index's counts
+    then speak only where this conversation is silent, and Auto prices its drafts apart (kind
+    HISTORY, by match length and confidence bucket)."""
+
+    def __init__(self, max_ngram: int = 5, min_ngram: int = 2, history: HistoryIndex | None = None) -> None:
         self.name = "lookup"
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.history = history
         self.reset()
 
     def reset(self) -> None:
@@ -234,6 +244,13 @@ class LookupDrafter(Drafter):
             draft.key = DraftKey(DraftKind.LOOKUP, n)
             cont = cont[: prune(draft.key, len(cont))]
             draft.tokens, draft.q, draft.q_probs = list(cont), [None] * len(cont), [1.0] * len(cont)
+        if not draft.tokens and k > 0 and self.history is not None:
+            p = self.history.propose(context, k)
+            if p.steps:
+                draft.key = DraftKey(DraftKind.HISTORY, p.match, p.bucket)
+                n = prune(draft.key, len(p.steps))
+                draft.tokens, draft.confidence = p.tokens[:n], p.confidences[:n]
+                draft.q, draft.q_probs = [None] * n, [1.0] * n
         draft.seconds = time.perf_counter() - t0
         return draft
 

@@ -25,6 +25,7 @@ class DraftKind(StrEnum):
     NONE = "none"
     MODEL = "model"
     LOOKUP = "lookup"
+    HISTORY = "history"  # prompt lookup in past conversations (engine.decoding.history_index)
 
 
 class FinishReason(str, Enum):
@@ -88,7 +89,7 @@ class RoundEvent:
     verify_s: float
     """Seconds in the target's verification pass."""
     drafter: DraftKind
-    """Which drafter proposed (model, lookup, none)."""
+    """Which drafter proposed (model, lookup, history, none)."""
     tokens_per_s: float
     """Reply speed so far, cumulative (tokens emitted / generation time), this round included."""
     estimated_speedup: float | None

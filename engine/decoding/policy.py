@@ -46,15 +46,26 @@ MARGIN = 1.02
 
 @dataclass(frozen=True, slots=True)
 class DraftKey:
-    """A kind of draft whose acceptance is learned on its own: model drafts, and prompt-lookup
-    drafts by the length of the n-gram match behind them."""
+    """A kind of draft whose acceptance is learned on its own: model drafts, prompt-lookup
+    drafts by the length of the n-gram match behind them, and drafts from past conversations by
+    match length and confidence bucket."""
 
     kind: DraftKind
     match: int = 0
     """Lookup: tokens in the n-gram that matched (longer matches are more often right)."""
+    confidence: int = 0
+    """History: the draft's confidence bucket (engine.decoding.history_index; 0 = none given)."""
 
     def __str__(self) -> str:
-        return f"{self.kind.value}:{self.match}" if self.match else self.kind.value
+        text = f"{self.kind.value}:{self.match}" if self.match else self.kind.value
+        return f"{text}/c{self.confidence}" if self.confidence else text
+
+    @property
+    def parent(self) -> "DraftKey | None":
+        """The coarser key whose acceptance a fresh one starts from (None: the prior)."""
+        if self.confidence:
+            return DraftKey(self.kind, self.match)
+        return DraftKey(self.kind) if self.match else None
 
 
 MODEL_KEY = DraftKey(DraftKind.MODEL)
@@ -254,8 +265,8 @@ class Acceptance:
         # A fresh drafter starts as fair, worth three judgements: enough to try it, not enough for
         # a few unlucky rounds to turn it off (tuned on replayed traces: tests/test_replay.py).
         self.prior, self.prior_weight, self.own_after = prior, prior_weight, own_after
-        # Lookup drafts are learned per match length, which would make every length start from
-        # scratch: each starts from what all lookup drafts did instead (its parent).
+        # Lookup drafts are learned per match length (and confidence), which would make every key
+        # start from scratch: each starts from what the coarser key did instead (its parent).
         self.parent = parent
         self.at: list[deque[int]] = [deque(maxlen=window) for _ in range(k_max)]
         self.pooled: deque[int] = deque(maxlen=pooled_window)
@@ -320,7 +331,7 @@ class AutoK(DraftPolicy):
 
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
-            parent = self.table(DraftKey(key.kind)) if key.match else None
+            parent = self.table(key.parent) if key.parent is not None else None
             self.tables[key] = Acceptance(self.k_max, parent=parent)
         return self.tables[key]
 

@@ -18,6 +18,7 @@ from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import Event
+from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
@@ -105,6 +106,7 @@ class Session:
         self._loaded_drafters: dict[Path, LlamaModel] = {}
         self.drafter: Drafter | None = None
         self._drafter_note: list[str] = []
+        self.history: HistoryIndex | None = None  # past conversations prompt lookup may draft from (opt-in)
         self._autos: dict[DraftSpec, AutoK] = {}  # what Auto learned, per drafter, for this session
         self._calibrate = calibrate
         try:
@@ -164,12 +166,20 @@ class Session:
             names = ", ".join(m.path.name for m in models if not m.can_trim)
             self._drafter_note = [f"{names} cannot roll back its cache (recurrent or hybrid model): plain decoding only"]
             return None
-        lookup = LookupDrafter() if self.spec.lookup else None
+        lookup = LookupDrafter(history=self.history) if self.spec.lookup else None
         model = (ModelDrafter(self.draft_model, target_vocab=self.target.n_vocab, is_eog=self.target.is_eog)
                  if self.draft_model is not None else None)
         if lookup and model:
             return CombinedDrafter(lookup, model)
         return lookup or model
+
+    def use_history(self, index: HistoryIndex | None) -> None:
+        """Let prompt lookup draft from past conversations too (None: stop). The index must be for
+        this target's vocabulary (HistoryIndex.open_for): another's ids would mean other tokens."""
+        if index is not None and index.fingerprint != vocab_fingerprint(self.target):
+            raise EngineError("the history index was built for another vocabulary than this model's")
+        self.history = index
+        self.drafter = self._make_drafter()
 
     # -- measuring --------------------------------------------------------------
     def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2,

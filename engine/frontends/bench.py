@@ -18,9 +18,11 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.history_index import DEFAULT_CAP_MB, HistoryIndex, vocab_fingerprint
 from engine.decoding.session import DraftSpec, GenerationSettings, Session
 
 PLAIN = "plain"
+HISTORY = "history"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +48,13 @@ class Variant:
     name: str
     draft: DraftSpec
     draft_max: int | str
+    history: bool = False
+    """Prompt lookup drafts from past conversations too (an index of the other conversations)."""
 
     @property
     def family(self) -> str:
         """Which drafter: Auto is compared with the fixed draft lengths of the same drafter."""
-        return self.draft.label
+        return HISTORY if self.history else self.draft.label
 
     @property
     def fixed(self) -> bool:
@@ -124,13 +128,14 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
 
 
 def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
-    """'none', 'lookup', a GGUF path, or 'auto' (lookup first, then the model drafter if one is
-    given); 'ITEM@K' gives that variant its own draft length K (a number or 'auto')."""
+    """'none', 'lookup', 'history' (lookup that also drafts from an index of other conversations),
+    a GGUF path, or 'auto' (lookup first, then the model drafter if one is given); 'ITEM@K' gives
+    that variant its own draft length K (a number or 'auto')."""
     parsed = []
     for item in items:
         name, _, k = item.partition("@")
         parsed.append((name, (k if k == "auto" else int(k)) if k else draft_max))
-    models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto")]
+    models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto", HISTORY)]
     variants = []
     for name, k in parsed:
         if name == "none":
@@ -140,12 +145,36 @@ def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
             variants.append(Variant("auto", spec, "auto"))
         elif name == "lookup":
             variants.append(Variant(f"lookup k={k}", DraftSpec(lookup=True), k))
+        elif name == HISTORY:
+            variants.append(Variant(f"history k={k}", DraftSpec(lookup=True), k, history=True))
         else:
             variants.append(Variant(f"{Path(name).stem} k={k}", DraftSpec(model=Path(name)), k))
     return variants
 
 
-def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max_tokens: int, repeat: int) -> RunResult:
+def history_indexes(session: Session, prompts: Sequence[BenchPrompt], chats: Sequence[BenchPrompt],
+                    base: HistoryIndex | None = None, cap_bytes: int = int(DEFAULT_CAP_MB * 2**20)) -> dict[str, HistoryIndex]:
+    """Per measured prompt, an index of the conversations in `chats` other than that prompt's own
+    (by id or by messages), on top of `base` if given: a history variant is never helped by the
+    conversation it is measured on."""
+    fp = vocab_fingerprint(session.target)
+    tokens = {c.id: session.render(c.messages).tokens for c in chats}  # as the chat template renders them
+    out = {}
+    for p in prompts:
+        index = base.copy() if base is not None else HistoryIndex(fp, cap_bytes)
+        for c in chats:
+            if c.id != p.id and c.messages != p.messages:
+                index.add(tokens[c.id])
+        out[p.id] = index
+    return out
+
+
+def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max_tokens: int, repeat: int,
+             histories: dict[str, HistoryIndex] | None = None) -> RunResult:
+    history = histories.get(prompt.id) if histories and variant is not None and variant.history else None
+    if variant is not None and variant.history and history is None:
+        raise EngineError(f"no history index for {prompt.id}")
+    session.use_history(history)
     session.set_drafter(variant.draft if variant else None)
     session.reset_state()  # nothing replayed: lookup index, drafter KV and Auto's learned acceptance start empty
     settings = GenerationSettings(draft_max=variant.draft_max if variant else 0, max_tokens=max_tokens)
@@ -219,13 +248,15 @@ def run_bench(
     repeats: int = 3,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
     native: tuple[object, Sequence[NativeVariant]] | None = None,
+    histories: dict[str, HistoryIndex] | None = None,
 ) -> list[RunResult]:
-    """`native`: (tools, modes) to run llama.cpp's own speculative modes beside Draftlight's."""
+    """`native`: (tools, modes) to run llama.cpp's own speculative modes beside Draftlight's;
+    `histories`: per prompt id, the index a history variant drafts from (`history_indexes`)."""
     order: list[Variant | None] = [None, *variants]
     tools, natives = native if native else (None, ())
     log(f"warm-up: {len(order)} runs")
     for v in order:
-        _one_run(session, prompts[0], v, min(max_tokens, 16), -1)
+        _one_run(session, prompts[0], v, min(max_tokens, 16), -1, histories)
     results = []
     everything: list = [*order, *natives]
     total = repeats * len(prompts) * len(everything)
@@ -242,7 +273,7 @@ def run_bench(
                         f"acceptance {res.acceptance_rate:.2f}")
                     results.append(res)
                     continue
-                res = _one_run(session, p, v, max_tokens, r)
+                res = _one_run(session, p, v, max_tokens, r, histories)
                 runs[res.variant] = res
                 n += 1
                 log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
@@ -370,6 +401,11 @@ def markdown(summary: dict, meta: dict) -> str:
         lines += ["", f"llama.cpp's own `llama-bench` on the same model, threads and repacking ({native['command']}): "
                   f"tg {native['tg_tokens_per_s']:.2f} tokens/s; Draftlight's plain decoding / llama-bench tg = "
                   f"{native['plain_ratio']:.2f} (median plain tokens/s over all prompts against llama-bench's mean)."]
+    hist = meta.get("history")
+    if hist:
+        lines += ["", f"history: each prompt drafts from an index of the other conversations in `{hist['warm']}` "
+                  f"(never its own; {hist['entries_median']:,} n-grams median, at most {hist['mb_max']} MB)"
+                  + (f", on top of the saved index {hist['saved_index']}" if hist.get("saved_index") else "") + "."]
     lines += ["", "Auto / best fixed k: per prompt and repeat, Auto's tokens/s over the fastest fixed draft length "
               "of the same drafter (plain decoding included) in that run; the median is shown.",
               "Python ms/token: the engine's own time per emitted token (neither llama.cpp nor the consumer)."]

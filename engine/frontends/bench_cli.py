@@ -4,7 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.frontends.options import add_thread_options, draft_load_settings, draft_max_arg, load_settings
+from engine.frontends.options import (
+    add_history_options, add_thread_options, draft_load_settings, draft_max_arg, history_cap_bytes, load_settings,
+)
 from engine.paths import resources_dir
 
 DEFAULT_PROMPTS = resources_dir() / "bench" / "prompts.jsonl"
@@ -14,7 +16,8 @@ def register(sub) -> None:
     b = sub.add_parser("bench", help="measure speculative variants against plain decoding (ratios from the same run)")
     b.add_argument("--target", required=True, help="target model (GGUF file)")
     b.add_argument("--draft", action="append", default=None,
-                   help="variant(s) to compare with plain decoding: a drafter GGUF, 'lookup', 'auto' (lookup first, "
+                   help="variant(s) to compare with plain decoding: a drafter GGUF, 'lookup', 'history' (lookup that also "
+                        "drafts from an index of the other conversations: see --history-warm), 'auto' (lookup first, "
                         "then the model drafter given with another --draft) or 'none'; ITEM@K sets that variant's draft length; "
                         "repeat or comma-separate")
     b.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help=f"JSONL with 'prompt' and 'category' (default: {DEFAULT_PROMPTS.name})")
@@ -32,6 +35,13 @@ def register(sub) -> None:
     b.add_argument("--native-modes", default=None,
                    help="with --native: llama.cpp speculative modes to run head to head, e.g. "
                         "'draft-simple@4,ngram-simple,ngram-map-k,ngram-mod,ngram-cache' (draft-simple uses the first drafter given)")
+    b.add_argument("--history-warm", type=Path, default=None, metavar="FILE",
+                   help="for 'history': conversations (JSONL, as --prompts) to index; each prompt is measured with an "
+                        "index of the OTHER conversations only (default: the --prompts file itself)")
+    b.add_argument("--history-index", type=Path, default=None, metavar="DIR",
+                   help="for 'history': also start from the saved index for the target in DIR (read, never written; "
+                        "it may hold the measured conversations, so only --history-warm is a fair head to head)")
+    add_history_options(b)
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.set_defaults(func=cmd_bench)
 
@@ -61,8 +71,12 @@ def cmd_bench(args) -> int:
             session.set_drafter(v.draft)
         native = _native_baseline(args, session) if args.native else None
         head_to_head = _native_modes(args, variants) if args.native and args.native_modes else None
-        results = run_bench(session, prompts, variants, args.max_tokens, args.repeats, native=head_to_head)
+        histories, history_meta = _histories(args, session, prompts) if any(v.history for v in variants) else (None, None)
+        results = run_bench(session, prompts, variants, args.max_tokens, args.repeats, native=head_to_head,
+                            histories=histories)
         meta = meta_for(session, args.prompts, prompts, args.max_tokens, args.repeats)
+        if history_meta:
+            meta["history"] = history_meta
         if native:
             plain = sorted(r.tokens_per_s for r in results if r.variant == "plain")
             native["plain_ratio"] = plain[len(plain) // 2] / native["tg_tokens_per_s"]
@@ -76,6 +90,29 @@ def cmd_bench(args) -> int:
     print(paths["md"].read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
     return 0
+
+
+def _histories(args, session, prompts):
+    """Per prompt, an index of the other warm-up conversations (and the saved index, if asked)."""
+    import statistics
+
+    from engine.decoding.history_index import HistoryIndex
+    from engine.frontends.bench import history_indexes, load_prompts
+
+    cap = history_cap_bytes(args)
+    warm_path = args.history_warm or args.prompts
+    base = None
+    if args.history_index:
+        base = HistoryIndex.open_for(args.history_index, session.target, cap)
+        for note in base.notes:
+            print(f"note: {note}", file=sys.stderr)
+    indexes = history_indexes(session, prompts, load_prompts(warm_path), base, cap)
+    sizes = [i.entries for i in indexes.values()]
+    meta = {"warm": str(warm_path), "saved_index": str(base.path) if base is not None else None,
+            "entries_median": statistics.median(sizes), "mb_max": round(max(i.nbytes for i in indexes.values()) / 2**20, 2),
+            "rule": "each prompt's index holds the other conversations only"}
+    print(f"history indexes: {meta['entries_median']:,} n-grams (median) per prompt from {warm_path}", file=sys.stderr)
+    return indexes, meta
 
 
 def _native_baseline(args, session) -> dict:

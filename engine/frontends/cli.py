@@ -9,10 +9,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from engine.errors import EngineError
 from engine.frontends.options import (
-    add_model_options, add_sampling_options, draft_load_settings, generation_settings, load_settings,
+    add_history_options, add_model_options, add_sampling_options, draft_load_settings, generation_settings,
+    history_cap_bytes, load_settings,
 )
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
 
@@ -38,16 +40,21 @@ def cmd_generate(args) -> int:
     from engine.decoding.session import Session
 
     settings = generation_settings(args)
+    cap = history_cap_bytes(args) if args.history_index else 0
     session = Session(args.target, args.draft, target_load=load_settings(args), draft_load=draft_load_settings(args))
     try:
+        history = _open_history(session, args.history_index, cap) if args.history_index else None
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})
-        events = session.chat(messages, settings)
+        prompt = session.render(messages, reserve=settings.max_tokens).tokens
+        reply: list[int] = []
+        events = _recording(session.chat(messages, settings), reply)
         out = sys.stdout
         if args.json:
             for ev in events:
                 out.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
                 out.flush()
+            _update_history(history, prompt + reply)
             return 0
         colour = _use_colour(out)
         if colour:
@@ -69,9 +76,44 @@ def cmd_generate(args) -> int:
         if done is not None:
             line = stats_line(done)
             print(f"{_DIM}{line}{_RESET}" if colour else line)
+        _update_history(history, prompt + reply)
         return 0
     finally:
         session.close()
+
+
+def _recording(events, ids: list[int]):
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            ids.append(ev.token_id)
+        yield ev
+
+
+def _open_history(session, folder, cap: int):
+    """The index of past conversations for this target's vocabulary in `folder` (made if need be)."""
+    from engine.decoding.history_index import HistoryIndex
+
+    index = HistoryIndex.open_for(folder, session.target, cap)
+    for note in index.notes:
+        print(f"note: {note}", file=sys.stderr)
+    session.use_history(index)
+    if not session.spec.lookup:
+        print("note: the history index drafts only with --draft lookup or lookup+FILE; this conversation is "
+              "still added to it", file=sys.stderr)
+    return index
+
+
+def _update_history(index, tokens: list[int]) -> None:
+    """Count this conversation (prompt and reply) in the index and save it."""
+    if index is None:
+        return
+    index.add(tokens)
+    try:
+        path = index.save()
+    except EngineError as exc:  # the reply is out already: say so, do not fail it
+        print(f"note: {exc}", file=sys.stderr)
+        return
+    print(f"history index: {index.describe()} ({path})", file=sys.stderr)
 
 
 def stats_line(done: DoneEvent) -> str:
@@ -99,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--system", default=None, help="system prompt")
     g.add_argument("--prompt", required=True, help="the user's message")
     g.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
+    g.add_argument("--history-index", type=Path, default=None, metavar="DIR",
+                   help="opt-in: prompt lookup also drafts from past conversations indexed in DIR (one file per "
+                        "vocabulary), and this one is added when the reply ends; needs --draft lookup or lookup+FILE")
+    add_history_options(g)
     g.set_defaults(func=cmd_generate)
 
     from engine.frontends import bench_cli

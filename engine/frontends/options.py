@@ -38,6 +38,20 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
 
 
+def add_history_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--history-cap-mb", type=float, default=None,
+                   help="memory cap of the history index in MB (default 64); over it, the least used n-grams go")
+
+
+def history_cap_bytes(args) -> int:
+    from engine.decoding.history_index import DEFAULT_CAP_MB
+
+    mb = DEFAULT_CAP_MB if args.history_cap_mb is None else args.history_cap_mb
+    if not mb > 0:
+        raise EngineError("--history-cap-mb must be above 0")
+    return int(mb * 2**20)
+
+
 def add_thread_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for generating (default: physical cores, as llama.cpp; affinity and cgroup quota respected)")
