@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShortcut
+from PySide6.QtCore import QByteArray, QSize, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -17,12 +17,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QToolBar,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from engine import paths
 from app.chat.chat_view import ChatView, ViewOptions
+from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.history.conversation_list import ConversationList
 from app.core.errors import Action, Level, Notice
@@ -52,6 +54,8 @@ class MainWindow(QMainWindow):
             self.setWindowIcon(QIcon(str(icon_path())))
         self.resize(1280, 800)
         self._build()
+        self._name_controls()
+        self._restore_layout()
         self._connect()
         self.controller.start()
 
@@ -121,6 +125,8 @@ class MainWindow(QMainWindow):
         buttons.addWidget(self.stop_button)
         row.addLayout(buttons)
         cl.addLayout(row)
+        self.context_meter = ContextMeter()
+        cl.addWidget(self.context_meter, 0, Qt.AlignmentFlag.AlignRight)
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.conversations)
@@ -132,6 +138,7 @@ class MainWindow(QMainWindow):
         split.setSizes([220, 760, 300])
         split.setChildrenCollapsible(False)
         self.setCentralWidget(split)
+        self.split = split
 
         self.status_label = QLabel("Starting…")
         self.progress = QProgressBar()
@@ -143,6 +150,30 @@ class MainWindow(QMainWindow):
 
     def sizeHint(self) -> QSize:
         return QSize(1280, 800)
+
+    def _name_controls(self) -> None:
+        """What a screen reader says for each control (toolbar buttons, pickers, panes)."""
+        tb = self.findChild(QToolBar, "main_toolbar")
+        for act in tb.actions():
+            if not act.isSeparator() and (button := tb.widgetForAction(act)) is not None and act.text():
+                button.setAccessibleName(act.text().rstrip("…"))
+        if (more := tb.findChild(QToolButton, "qt_toolbar_ext_button")) is not None:
+            more.setAccessibleName("More toolbar actions")  # shown when the window is too narrow
+        cv = self.conversations
+        for w, name in ((self.theme, "Theme"), (cv, "Chats"), (cv.list, "Chat list"), (cv.search, "Search chats"),
+                        (cv.new_button, "New chat"), (cv.rename_button, "Rename chat"),
+                        (cv.delete_button, "Delete chat"), (self.chat, "Conversation"), (self.input, "Message"),
+                        (self.send_button, "Send"), (self.stop_button, "Stop"),
+                        (self.progress, "Loading progress"), (self.status_label, "Status")):
+            w.setAccessibleName(name)
+
+    def _restore_layout(self) -> None:
+        """The window's place and size, and the panes' widths, as they were at the last close."""
+        s = self.controller.settings
+        if s.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode("ascii")))
+        if s.window_splitter:
+            self.split.restoreState(QByteArray.fromBase64(s.window_splitter.encode("ascii")))
 
     def _connect(self) -> None:
         c = self.controller
@@ -170,9 +201,7 @@ class MainWindow(QMainWindow):
         self.bar.sig_target_chosen.connect(lambda p: c.update_settings(target=p))
         self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
-        self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(
-            temperature=ch.temperature, top_k=ch.top_k, top_p=ch.top_p, seed=ch.seed, max_tokens=ch.max_tokens,
-            system_prompt=ch.system_prompt))
+        self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.input.sig_submit.connect(self._send)
         self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
         self.stop_button.clicked.connect(c.stop)
@@ -189,6 +218,9 @@ class MainWindow(QMainWindow):
         self.act_rejected.toggled.connect(lambda on: c.update_settings(show_rejected=on))
         self.act_rendered.toggled.connect(lambda on: c.update_settings(rendered=on))
         self.theme.activated.connect(lambda _i: c.update_settings(theme=self.theme.currentData()))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
+        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded):
+            sig.connect(self._show_context)
 
     # -- reacting ----------------------------------------------------------------------------
     def _apply_settings(self, s) -> None:
@@ -205,7 +237,18 @@ class MainWindow(QMainWindow):
         colours = colours_for(s.theme)
         self.chat.set_options(ViewOptions(colours, s.highlight, s.show_rejected, s.rendered))
         self.legend.show_legend(colours, s.highlight, s.show_rejected)
+        self.context_meter.set_colours(colours)
         self.bar.set_settings(s)
+
+    def _system_scheme_changed(self, _scheme=None) -> None:
+        """The OS switched between light and dark: the System theme follows at once."""
+        if self.controller.settings.theme == Theme.SYSTEM:
+            self._theme = None
+            self._apply_settings(self.controller.settings)
+
+    def _show_context(self, *_args) -> None:
+        loaded = self.controller.loaded
+        self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None)
 
     def _send(self, text: str) -> None:
         if self.controller.send(text):
@@ -307,5 +350,7 @@ class MainWindow(QMainWindow):
         self.notice.show_notice(Notice(f"Saved {path}.", Level.INFO))
 
     def closeEvent(self, e: QCloseEvent) -> None:
+        self.controller.update_settings(window_geometry=bytes(self.saveGeometry().toBase64()).decode("ascii"),
+                                        window_splitter=bytes(self.split.saveState().toBase64()).decode("ascii"))
         self.controller.shutdown()
         super().closeEvent(e)

@@ -6,6 +6,7 @@ so a file written by another version still loads.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import tempfile
@@ -63,11 +64,22 @@ class AppSettings:
     """Show finished replies as rendered Markdown instead of the token view."""
     first_run_done: bool = False
     """The first-run offer of the default pair was shown."""
+    window_geometry: str = ""
+    """The main window's place and size (QWidget.saveGeometry, base64; empty: the default)."""
+    window_splitter: str = ""
+    """Widths of the chat list, chat and stats panes (QSplitter.saveState, base64; empty: the default)."""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["theme"] = self.theme.value
         return d
+
+
+def _is_base64(v: Any) -> bool:
+    try:
+        return isinstance(v, str) and (not v or bool(base64.b64decode(v, validate=True)))
+    except ValueError:
+        return False
 
 
 _CHECKS = {
@@ -81,6 +93,8 @@ _CHECKS = {
     "n_ctx": lambda v: isinstance(v, int) and 0 <= v <= 10_000_000,
     "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
     "n_threads": lambda v: v is None or (isinstance(v, int) and v >= 1),
+    "window_geometry": _is_base64,
+    "window_splitter": _is_base64,
 }
 
 

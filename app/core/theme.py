@@ -1,22 +1,28 @@
 """Light and dark themes, and the look of each token source.
 
 Colours come from the Okabe-Ito palette (safe for the common colour-vision deficiencies), and
-every source also differs without colour, so the view reads in greyscale too:
+every source also differs without colour, so the view reads in a greyscale screenshot too:
 
-| source     | colour cue                  | second cue                      |
-|------------|-----------------------------|---------------------------------|
-| accepted   | bluish-green shading        | shaded background               |
-| correction | vermillion text             | bold, wavy underline            |
-| bonus      | blue text                   | italic, dotted underline        |
-| target     | none                        | plain text                      |
-| rejected   | reddish-purple, dimmed      | struck through                  |
+| source     | colour cue                  | cue that survives greyscale                        |
+|------------|-----------------------------|----------------------------------------------------|
+| accepted   | bluish-green shading        | shading ~1.6:1 (light) / ~2.2:1 (dark) vs the page |
+| correction | vermillion text             | bold, wavy underline                               |
+| bonus      | blue text                   | italic, dotted underline                           |
+| target     | none                        | plain text                                         |
+| rejected   | reddish-purple              | struck through                                     |
+
+Every text colour keeps >= 4.5:1 (WCAG) against the page, the code background and the shading;
+tests/test_app_access.py measures it and the greyscale differences on rendered pixels. Prompt
+lookup has no mark of its own: its drafts are accepted tokens like a model's (the reply's header
+names the drafter).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 
-from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette, QTextCharFormat
 from PySide6.QtWidgets import QApplication
 
 from engine.decoding.events import TokenSource
@@ -88,24 +94,42 @@ class TokenColours:
     """Background of code inside a reply."""
     muted_fg: str
     """Headers and notes."""
+    page_bg: str
+    """The chat's page (the palette's Base)."""
+    text_fg: str
+    """Body text (the palette's Text); accepted tokens keep it on their shading."""
+    warning_fg: str
+    """Text that warns (a nearly full context), readable on the window background."""
 
 
 LIGHT_COLOURS = TokenColours(
-    accepted_bg="#C7EADF",  # bluish green at ~22% over white
+    accepted_bg="#99D8C7",  # bluish green at 40% over white: 1.6:1 against the page, 13:1 under black text
     correction_fg="#B34700",  # vermillion, darkened to 5:1 contrast on white
     bonus_fg=OKABE_ITO["blue"],
     rejected_fg="#9E4F7E",  # reddish purple, darkened for contrast
     code_bg="#F2F2F2",
-    muted_fg="#6B6B6B",
+    muted_fg="#636363",
+    page_bg="#FFFFFF",
+    text_fg="#000000",
+    warning_fg="#A34100",
 )
 DARK_COLOURS = TokenColours(
-    accepted_bg="#1F5646",  # bluish green at ~35% over the dark background
+    accepted_bg="#0F5E48",  # bluish green at 50% over the page: 2.2:1 against it, 6:1 under the text
     correction_fg="#FF8A3D",  # vermillion, lightened for contrast on dark
     bonus_fg=OKABE_ITO["sky_blue"],
     rejected_fg="#E3A3C8",
     code_bg="#2B2B2B",
     muted_fg="#A0A0A0",
+    page_bg="#1E1E1E",
+    text_fg="#E6E6E6",
+    warning_fg="#FF9F5A",
 )
+
+
+def system_is_dark() -> bool:
+    """The OS asks for a dark scheme (Qt 6.5+ reports it; unknown reads as light)."""
+    app = QGuiApplication.instance()
+    return app is not None and app.styleHints().colorScheme() == Qt.ColorScheme.Dark
 
 
 def is_dark(theme: Theme) -> bool:
@@ -113,12 +137,7 @@ def is_dark(theme: Theme) -> bool:
         return True
     if theme == Theme.LIGHT:
         return False
-    app = QApplication.instance()
-    if app is None:
-        return False
-    from PySide6.QtCore import Qt
-
-    return app.styleHints().colorScheme() == Qt.ColorScheme.Dark
+    return system_is_dark()
 
 
 def colours_for(theme: Theme) -> TokenColours:
@@ -150,12 +169,16 @@ def mark_format(mark: Mark, colours: TokenColours, highlight: bool = True) -> QT
 
 
 def palette_for(theme: Theme) -> QPalette:
-    """A Fusion palette: Qt's light default, or a dark one."""
+    """A Fusion palette: Qt's light default, or a dark one; page and text as the token colours assume."""
     if not is_dark(theme):
         app = QApplication.instance()
-        return app.style().standardPalette() if app else QPalette()
+        p = app.style().standardPalette() if app else QPalette()
+        for role, colour in ((QPalette.ColorRole.Base, LIGHT_COLOURS.page_bg), (QPalette.ColorRole.Text, LIGHT_COLOURS.text_fg)):
+            p.setColor(QPalette.ColorGroup.Active, role, QColor(colour))
+            p.setColor(QPalette.ColorGroup.Inactive, role, QColor(colour))
+        return p
     p = QPalette()
-    base, window, text = QColor("#1E1E1E"), QColor("#2A2A2A"), QColor("#E6E6E6")
+    base, window, text = QColor(DARK_COLOURS.page_bg), QColor("#2A2A2A"), QColor(DARK_COLOURS.text_fg)
     for role, colour in (
         (QPalette.ColorRole.Window, window),
         (QPalette.ColorRole.WindowText, text),

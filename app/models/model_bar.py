@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QPushButton,
     QSizePolicy,
     QSlider,
@@ -35,24 +38,24 @@ class ModelBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
         self.target = QComboBox()
         self.target.setObjectName("target_picker")
-        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.target.setMinimumContentsLength(18)
+        # Sized to a minimum and stretched, not to the longest name: a narrow window elides the
+        # shown name (the tooltip has the path) rather than forcing the window wider.
+        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.target.setMinimumContentsLength(10)
         self.target.setToolTip("The model whose answer you get")
         self.drafter = QComboBox()
         self.drafter.setObjectName("drafter_picker")
-        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.drafter.setMinimumContentsLength(14)
+        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.drafter.setMinimumContentsLength(10)
         self.drafter.setToolTip("Who proposes tokens for the target to check: a small model with the same "
                                 "vocabulary, prompt lookup (copies from the conversation), or none")
         self.length = QSlider(Qt.Orientation.Horizontal)
         self.length.setObjectName("draft_length")
         self.length.setRange(1, 16)
         self.length.setPageStep(1)
-        self.length.setFixedWidth(110)
+        self.length.setFixedWidth(90)
         self.length.setToolTip("Tokens drafted per round")
         self.length_label = QLabel()
         self.length_label.setMinimumWidth(34)
@@ -60,20 +63,38 @@ class ModelBar(QWidget):
         self.auto.setToolTip("Let the engine choose the draft length from measured costs, down to no drafting "
                              "when speculation would be slower")
         self.sampling_button = QPushButton("Sampling ▾")
+        self.sampling_button.setToolTip("Temperature, top-k, top-p, min-p, seed, max tokens, system prompt")
         self.sampling = SamplingPopover(self)
         self.sampling_button.clicked.connect(lambda: self.sampling.popup_under(self.sampling_button))
-        lay.addWidget(QLabel("Target"))
-        lay.addWidget(self.target, 2)
-        lay.addSpacing(6)
-        lay.addWidget(QLabel("Drafter"))
-        lay.addWidget(self.drafter, 2)
-        lay.addSpacing(6)
-        lay.addWidget(QLabel("Draft"))
-        lay.addWidget(self.length)
-        lay.addWidget(self.length_label)
-        lay.addWidget(self.auto)
-        lay.addSpacing(6)
-        lay.addWidget(self.sampling_button)
+        for w, name in ((self.target, "Target model"), (self.drafter, "Drafter"), (self.length, "Draft length"),
+                        (self.auto, "Automatic draft length"), (self.sampling_button, "Sampling settings")):
+            w.setAccessibleName(name)
+
+        # Two groups side by side, or one above the other when the window is too narrow for both.
+        self.pickers, self.controls = QWidget(), QWidget()
+        pl, ql = QHBoxLayout(self.pickers), QHBoxLayout(self.controls)
+        for group in (pl, ql):
+            group.setContentsMargins(0, 0, 0, 0)
+        for text, combo in (("Target", self.target), ("Drafter", self.drafter)):
+            label = QLabel(text)
+            label.setBuddy(combo)
+            pl.addWidget(label)
+            pl.addWidget(combo, 1)
+            pl.addSpacing(6)
+        draft = QLabel("Draft")
+        draft.setBuddy(self.length)
+        ql.addWidget(draft)
+        ql.addWidget(self.length)
+        ql.addWidget(self.length_label)
+        ql.addWidget(self.auto)
+        ql.addSpacing(6)
+        ql.addStretch(1)
+        ql.addWidget(self.sampling_button)
+        self.rows = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        self.rows.setContentsMargins(0, 0, 0, 0)
+        self.rows.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        self.rows.addWidget(self.pickers, 2)
+        self.rows.addWidget(self.controls, 0)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.target.activated.connect(self._target_activated)
         self.drafter.activated.connect(lambda _i: self.sig_drafter_chosen.emit(str(self.drafter.currentData())))
@@ -81,6 +102,27 @@ class ModelBar(QWidget):
         self.auto.toggled.connect(self._length_changed)
         self._targets: list[ModelEntry] = []
         self._target_index = 0
+
+    # -- narrow windows --------------------------------------------------------------------
+    def _one_row_width(self) -> int:
+        return (self.pickers.minimumSizeHint().width() + self.controls.minimumSizeHint().width()
+                + self.rows.spacing())
+
+    def minimumSizeHint(self) -> QSize:
+        """Narrow enough for the two-row form."""
+        return QSize(max(self.pickers.minimumSizeHint().width(), self.controls.minimumSizeHint().width()),
+                     self.rows.minimumSize().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(self._one_row_width(), self.rows.sizeHint().height())
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        want = (QBoxLayout.Direction.LeftToRight if e.size().width() >= self._one_row_width()
+                else QBoxLayout.Direction.TopToBottom)
+        if self.rows.direction() != want:
+            self.rows.setDirection(want)
+            self.updateGeometry()
 
     # -- filling -------------------------------------------------------------------------
     def set_models(self, models: list[ModelEntry], current: str) -> None:

@@ -10,17 +10,25 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from app.core.theme import OKABE_ITO
 
 _MARGIN_L, _MARGIN_R, _MARGIN_T, _MARGIN_B = 34, 8, 18, 20
+#: Okabe-Ito hues; on a light background darkened to >= 3:1 (WCAG's contrast for graphics).
+_LIGHT = {"bar": "#00855F", "line": OKABE_ITO["blue"], "plain": "#A86A00"}
+_DARK = {"bar": OKABE_ITO["bluish_green"], "line": OKABE_ITO["sky_blue"], "plain": OKABE_ITO["orange"]}
 
 
 class _Chart(QWidget):
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.title = title
+        self.setAccessibleName(f"Chart: {title}")
         self.setMinimumHeight(120)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
 
     def sizeHint(self) -> QSize:
         return QSize(240, 140)
+
+    def colour(self, role: str) -> QColor:
+        light = self.palette().color(QPalette.ColorRole.Window).lightness() > 128
+        return QColor((_LIGHT if light else _DARK)[role])
 
     def _plot_rect(self) -> QRectF:
         return QRectF(_MARGIN_L, _MARGIN_T, max(10, self.width() - _MARGIN_L - _MARGIN_R),
@@ -76,7 +84,7 @@ class AcceptanceChart(_Chart):
             return
         n = len(self.values)
         slot = r.width() / n
-        bar = QColor(OKABE_ITO["bluish_green"])
+        bar = self.colour("bar")
         text = self.palette().color(QPalette.ColorRole.WindowText)
         for i, v in enumerate(self.values):
             h = max(0.0, min(1.0, v)) * r.height()
@@ -116,7 +124,7 @@ class SpeedChart(_Chart):
             return QPointF(r.left() + x / x_max * r.width(), r.bottom() - y / top * r.height())
 
         if self.plain:
-            pen = QPen(QColor(OKABE_ITO["orange"]), 1.5, Qt.PenStyle.DashLine)
+            pen = QPen(self.colour("plain"), 1.5, Qt.PenStyle.DashLine)
             p.setPen(pen)
             p.drawLine(at(0, self.plain), at(x_max, self.plain))
         points = self.points
@@ -127,18 +135,23 @@ class SpeedChart(_Chart):
         path = QPainterPath(at(*points[0]) if len(points) > 1 else at(0, points[0][1]))
         for x, y in points[1:] if len(points) > 1 else points:
             path.lineTo(at(x, y))
-        p.setPen(QPen(QColor(OKABE_ITO["blue"] if self.palette().color(QPalette.ColorRole.Window).lightness() > 128
-                             else OKABE_ITO["sky_blue"]), 2))
+        p.setPen(QPen(self.colour("line"), 2))
         p.drawPath(path)
         p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
         p.drawText(QRectF(r.left(), r.bottom() + 2, r.width(), _MARGIN_B - 2),
                    Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop, f"{x_max} tokens")
         if self.plain:
-            # Key for the dashed line, in the free corner above the plot.
-            p.setPen(QPen(QColor(OKABE_ITO["orange"]), 1.5, Qt.PenStyle.DashLine))
+            # Key for the dashed line, right-aligned above the plot, after the title and never over it.
+            fm = p.fontMetrics()
+            key = "plain decoding (est.)"
+            left = fm.horizontalAdvance(self.title) + 12
+            room = self.width() - _MARGIN_R - left - 22
+            if room < fm.horizontalAdvance(key):
+                key = fm.elidedText(key, Qt.TextElideMode.ElideRight, max(0, room))
+            x0 = max(left, self.width() - _MARGIN_R - 22 - fm.horizontalAdvance(key))
             y = _MARGIN_T / 2
-            x0 = self.width() - _MARGIN_R - 150
+            p.setPen(QPen(self.colour("plain"), 1.5, Qt.PenStyle.DashLine))
             p.drawLine(QPointF(x0, y), QPointF(x0 + 18, y))
             p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
-            p.drawText(QRectF(x0 + 22, 0, 130, _MARGIN_T - 2), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                       "plain decoding (est.)")
+            p.drawText(QRectF(x0 + 22, 0, self.width() - x0 - 22, _MARGIN_T - 2),
+                       Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, key)

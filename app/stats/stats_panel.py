@@ -24,13 +24,17 @@ class StatsPanel(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setMinimumWidth(250)
+        self.setMinimumWidth(230)
+        self.setAccessibleName("Reply statistics")
         lay = QVBoxLayout(self)
         self.heading = QLabel("<b>This reply</b>")
         lay.addWidget(self.heading)
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
         form.setHorizontalSpacing(12)
+        # Values wrap rather than run past the panel's edge; a narrow panel puts each under its name.
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.fields: dict[str, QLabel] = {}
         for key, label, tip in (
             ("acceptance", "Acceptance", "Share of drafted tokens the target kept"),
@@ -44,7 +48,10 @@ class StatsPanel(QFrame):
             value = QLabel("–")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setObjectName(f"stat_{key}")
+            value.setWordWrap(True)
+            value.setAccessibleName(label)
             name = QLabel(label)
+            name.setBuddy(value)
             name.setToolTip(tip)
             value.setToolTip(tip)
             form.addRow(name, value)
@@ -52,6 +59,7 @@ class StatsPanel(QFrame):
         lay.addLayout(form)
         self.verdict = QLabel("")
         self.verdict.setObjectName("verdict")
+        self.verdict.setAccessibleName("Verdict")
         self.verdict.setWordWrap(True)
         self.verdict.setMinimumHeight(48)
         self.verdict.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
