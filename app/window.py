@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import paths
+from app.chat.actions import MessageAction
 from app.chat.chat_view import ChatView, ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
@@ -203,6 +204,9 @@ class MainWindow(QMainWindow):
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.input.sig_submit.connect(self._send)
+        self.input.sig_resend.connect(self._resend)
+        self.chat.action_requested.connect(self._message_action)
+        c.sig_messages.connect(self._path_changed)
         self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
         self.stop_button.clicked.connect(c.stop)
         self.stop_button.setToolTip("Stop the reply (Esc)")
@@ -251,8 +255,49 @@ class MainWindow(QMainWindow):
         self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None)
 
     def _send(self, text: str) -> None:
-        if self.controller.send(text):
+        if self.input.editing is not None:
+            self._resend(self.input.editing, text)
+        elif self.controller.send(text):
             self.input.clear()
+
+    # -- one message's actions (links in the chat view) ------------------------------------------
+    def _message_action(self, name: str, message_id: int) -> None:
+        c = self.controller
+        try:
+            action = MessageAction(name)
+        except ValueError:
+            return
+        if action in (MessageAction.REGENERATE, MessageAction.REGENERATE_CURRENT):
+            c.regenerate(message_id, current=action == MessageAction.REGENERATE_CURRENT)
+        elif action == MessageAction.EDIT:
+            if c.can_edit(message_id):
+                self.input.begin_edit(message_id, c.message(message_id).content)
+        elif action == MessageAction.DELETE:
+            self._confirm_delete_message(message_id)
+        elif action in (MessageAction.PREVIOUS, MessageAction.NEXT):
+            c.show_alternative(message_id, -1 if action == MessageAction.PREVIOUS else 1)
+
+    def _resend(self, message_id: int, text: str) -> None:
+        if self.controller.resend_edit(message_id, text):
+            self.input.end_edit()
+
+    def _path_changed(self, _messages) -> None:
+        """The shown path changed: an edit of a message no longer shown has nothing to replace."""
+        if self.input.editing is not None and self.controller.message(self.input.editing) is None:
+            self.input.end_edit()
+
+    def _confirm_delete_message(self, message_id: int) -> None:
+        """Deleting a reply loses it (a sampled reply cannot be made again exactly): ask first. A
+        question goes without asking: its replies stay, moved up (see ChatStore.delete_message)."""
+        m = self.controller.message(message_id)
+        if m is None or self.controller.refused("deleting a message"):
+            return
+        if m.role == Role.ASSISTANT:
+            answer = QMessageBox.question(self, "Delete reply", f"Delete this reply ({len(m.tokens)} tokens and "
+                                          "their provenance)? This cannot be undone.")
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.controller.delete_message(message_id)
 
     def _restore_input(self, text: str) -> None:
         if not self.input.toPlainText().strip():

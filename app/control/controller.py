@@ -277,7 +277,7 @@ class ChatController(QObject):
         self.replies.flush()
 
     # -- one message's actions ------------------------------------------------------------------
-    def _refused(self, doing: str) -> bool:
+    def refused(self, doing: str) -> bool:
         """Actions change the path a reply is being written on: not while the engine is busy."""
         if self._closed:
             return True
@@ -294,14 +294,14 @@ class ChatController(QObject):
 
     def regenerate(self, message_id: int, current: bool = False) -> bool:
         """A new alternative reply: with the reply's own settings, or the model bar's when `current`."""
-        if self._refused("regenerating"):
+        if self.refused("regenerating"):
             return False
         return self.replies.regenerate(message_id, current)
 
     def can_edit(self, message_id: int) -> bool:
         """The message can be put in the input to edit (a question on the shown path, nothing running);
         says why not otherwise."""
-        if self._refused("editing a message"):
+        if self.refused("editing a message"):
             return False
         m = self.message(message_id)
         if m is None or m.role != Role.USER:
@@ -311,18 +311,18 @@ class ChatController(QObject):
 
     def resend_edit(self, message_id: int, text: str) -> bool:
         """Send the edited text of a question as its new alternative, and a reply to it."""
-        if self._refused("resending"):
+        if self.refused("resending"):
             return False
         return self.replies.resend_edit(message_id, text)
 
     def delete_message(self, message_id: int) -> bool:
         """Delete one message of the shown path; what followed it moves up (nothing else is lost)."""
-        if self._refused("deleting a message"):
+        if self.refused("deleting a message"):
             return False
         return self.conversations.delete_message(message_id)
 
     def show_alternative(self, message_id: int, step: int) -> bool:
         """Show the previous (-1) or next (+1) alternative of this message."""
-        if self._refused("switching alternatives"):
+        if self.refused("switching alternatives"):
             return False
         return self.conversations.show_alternative(message_id, step)

@@ -173,7 +173,7 @@ class Conversations(QObject):
         for step in path:
             m = known.get(step.id) or loaded.get(step.id)
             if m is not None:
-                m.variant, m.variants = step.variant, step.variants
+                m.parent_id, m.variant, m.variants = step.parent_id, step.variant, step.variants
                 messages.append(m)
         self._show(messages)
         return True
@@ -215,7 +215,7 @@ class Conversations(QObject):
             # Keep appending to the very Message the reply is filling.
             for i, m in enumerate(messages):
                 if m.id == live.message.id and m is not live.message:
-                    live.message.variant, live.message.variants = m.variant, m.variants
+                    live.message.parent_id, live.message.variant, live.message.variants = m.parent_id, m.variant, m.variants
                     messages[i] = live.message
         self.messages = messages
         self.sig_messages.emit(messages)

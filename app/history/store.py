@@ -112,6 +112,8 @@ class PathStep(NamedTuple):
     """One message of the shown path, before its text is read."""
 
     id: int
+    parent_id: int | None
+    """The message it follows (None: the first)."""
     variant: int
     """Its place among its alternatives, from 1 (oldest first)."""
     variants: int
@@ -499,10 +501,12 @@ class ChatStore:
     def _groups(self, conv_id: int) -> dict[int | None, list[tuple[int, int]]]:
         """Sibling groups by parent id (None: first messages), each [(id, shown stamp)] oldest first.
 
-        A parent id naming no message of this conversation counts as None: a hand-edited file
-        still shows every message somewhere."""
+        A parent id naming no message of this conversation counts as None, and a conversation with
+        no first message (a loop, only a hand-edited file can hold one) starts at its oldest."""
         rows = self._read("SELECT id, parent_id, shown FROM messages WHERE conversation_id=? ORDER BY id", (conv_id,))
         ids = {r[0] for r in rows}
+        if rows and all(parent in ids for _, parent, _ in rows):
+            rows[0] = (rows[0][0], None, rows[0][2])
         groups: dict[int | None, list[tuple[int, int]]] = {}
         for mid, parent, shown in rows:
             groups.setdefault(parent if parent in ids else None, []).append((mid, shown))
@@ -520,7 +524,7 @@ class ChatStore:
             if mid in seen:
                 break  # a loop only a hand-edited file can hold
             seen.add(mid)
-            path.append(PathStep(mid, [g[0] for g in group].index(mid) + 1, len(group)))
+            path.append(PathStep(mid, parent, [g[0] for g in group].index(mid) + 1, len(group)))
             parent = mid
         return path
 
@@ -533,7 +537,7 @@ class ChatStore:
         for step in path:
             m = loaded.get(step.id)
             if m is not None:  # None: a role this version does not know (a newer Draftlight's)
-                m.variant, m.variants = step.variant, step.variants
+                m.parent_id, m.variant, m.variants = step.parent_id, step.variant, step.variants
                 out.append(m)
         return out
 
