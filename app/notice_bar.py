@@ -34,6 +34,7 @@ class NoticeBar(QFrame):
         self.close_button.setFlat(True)
         self.close_button.setFixedWidth(28)
         self.close_button.setToolTip("Dismiss")
+        self.close_button.setAccessibleName("Dismiss the notice")
         lay.addWidget(self.label, 1)
         lay.addWidget(self.action_button)
         lay.addWidget(self.close_button)
@@ -52,6 +53,7 @@ class NoticeBar(QFrame):
         self.action_button.setVisible(label is not None)
         if label:
             self.action_button.setText(label)
+            self.action_button.setAccessibleName(label)
         self.show()
 
     def text(self) -> str:

@@ -52,6 +52,8 @@ class PairCard(QFrame):
         self.status = QLabel()
         self.download_button = QPushButton("Download")
         self.use_button = QPushButton("Use this pair")
+        self.download_button.setAccessibleName(f"Download {pair.title}")
+        self.use_button.setAccessibleName(f"Use {pair.title}")
         row.addWidget(self.status, 1)
         row.addWidget(self.download_button)
         row.addWidget(self.use_button)
@@ -115,6 +117,7 @@ class CatalogTab(QWidget):
         self._get_default = "Install the default pair" if self.offline else "Download the default pair"
         self.default_button = QPushButton(self._get_default)
         self.default_button.setObjectName("install_default")
+        self.default_button.setAccessibleName(self._get_default)
         row.addWidget(self.default_status, 1)
         row.addWidget(self.default_button)
         bl.addLayout(row)
@@ -124,6 +127,7 @@ class CatalogTab(QWidget):
 
         lay.addWidget(QLabel("<b>Catalog</b> — downloads from the Hugging Face hub; an interrupted download resumes."))
         scroll = QScrollArea()
+        scroll.setAccessibleName("Catalog of model pairs")
         scroll.setWidgetResizable(True)
         inner = QWidget()
         il = QVBoxLayout(inner)

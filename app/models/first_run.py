@@ -113,6 +113,7 @@ class FirstRunPanel(QFrame):
                                  "hardware settings."),
         )
         for i, (button, text) in enumerate(rows):
+            button.setAccessibleName(button.text().rstrip("…"))
             label = QLabel(text)
             label.setWordWrap(True)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -50,6 +50,9 @@ class HardwareTab(QWidget):
         self.estimate.setMinimumWidth(480)
         form.addRow("Memory", self.estimate)
         self.apply_button = QPushButton("Apply and reload")
+        for w, name in ((self.n_ctx, "Context length"), (self.gpu_layers, "Layers on the GPU"),
+                        (self.threads, "CPU threads"), (self.apply_button, "Apply and reload")):
+            w.setAccessibleName(name)
         form.addRow("", self.apply_button)
         lay.addWidget(settings)
         lay.addStretch(1)

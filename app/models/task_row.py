@@ -20,6 +20,8 @@ class TaskRow(QWidget):
         self.bar.setRange(0, 1000)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setVisible(cancellable)
+        self.cancel_button.setAccessibleName("Cancel")
+        self.bar.setAccessibleName("Progress")
         row.addWidget(self.bar, 1)
         row.addWidget(self.cancel_button)
         lay.addLayout(row)
