@@ -28,6 +28,7 @@ Not thread-safe: propose, add and save from one thread (the engine's).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -233,7 +234,7 @@ class HistoryIndex:
 
     def describe(self) -> str:
         return (f"{self.entries:,} n-grams from {self.serial:,} conversations, {self.nbytes / 2**20:.1f} MB "
-                f"of {self.cap_bytes / 2**20:.0f} MB")
+                f"of {self.cap_bytes / 2**20:.3g} MB")
 
     # -- reading ----------------------------------------------------------------------------
     def continuations(self, context: Sequence[int]) -> dict[int, int]:
@@ -381,7 +382,8 @@ class HistoryIndex:
         return cls.open(index_path(folder, fp), fp, cap_bytes)
 
     def save(self, path: Path | None = None) -> Path:
-        """Write atomically (a temporary file, then a rename). Raises EngineError when it cannot."""
+        """Write atomically (a temporary file, then a rename) to `path`, by default the file it was
+        opened from (saving elsewhere does not change that). Raises EngineError when it cannot."""
         path = Path(path) if path is not None else self.path
         if path is None:
             raise EngineError("the history index has no file to save to")
@@ -398,12 +400,14 @@ class HistoryIndex:
                 os.replace(path, path.with_name(self._set_aside))
             os.replace(tmp, path)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise EngineError(f"cannot save the history index to {path}: {exc.strerror or exc}") from None
         if path == self.path:
             self._set_aside = None
         self._dirty = False
-        self.path = path
+        if self.path is None:
+            self.path = path
         return path
 
     def copy(self, path: Path | None = None) -> "HistoryIndex":
@@ -426,6 +430,9 @@ def _why(exc: Exception) -> str:
 
 def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     """Header and arrays of a saved index, checked; anything wrong raises."""
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"PK\x03\x04":  # an .npz is a zip file
+            raise ValueError("not a history index file")
     with np.load(path, allow_pickle=False) as z:
         meta = json.loads(bytes(z["meta"]).decode("utf-8"))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
