@@ -205,6 +205,7 @@ class MainWindow(QMainWindow):
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.input.sig_submit.connect(self._send)
         self.input.sig_resend.connect(self._resend)
+        self.input.sig_editing.connect(lambda on: self.send_button.setText("Resend" if on else "Send"))
         self.chat.action_requested.connect(self._message_action)
         c.sig_messages.connect(self._path_changed)
         self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))

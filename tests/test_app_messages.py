@@ -147,7 +147,7 @@ def test_edit_and_resend_keeps_the_old_branch_as_an_alternative(qtbot, tiny, iso
     w.input.setPlainText("half typed")
     act(w, MessageAction.EDIT, u2.id)
     assert w.input.editing == u2.id and w.input.toPlainText() == "second question"
-    assert w.input.banner.isVisible() and w.input.banner.text() == EDIT_HINT
+    assert w.input.banner.isVisible() and w.input.banner.text() == EDIT_HINT and w.send_button.text() == "Resend"
     assert EDIT_HINT == "Editing a message — Enter resends, Esc cancels"
     w.input.setPlainText(PROMPT)
     with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
@@ -157,6 +157,7 @@ def test_edit_and_resend_keeps_the_old_branch_as_an_alternative(qtbot, tiny, iso
     assert u2b.content == PROMPT and u2b.parent_id == r1.id
     assert shown(w) == [(u1.id, 1, 1), (r1.id, 1, 1), (u2b.id, 2, 2), (r3.id, 1, 1)]
     assert w.input.editing is None and w.input.toPlainText() == "half typed" and not w.input.banner.isVisible()
+    assert w.send_button.text() == "Send"
     # The old question is an alternative, and brings its own reply back with it.
     act(w, MessageAction.PREVIOUS, u2b.id)
     assert shown(w) == [(u1.id, 1, 1), (r1.id, 1, 1), (u2.id, 1, 2), (r2.id, 1, 1)]
@@ -181,6 +182,9 @@ def test_esc_leaves_edit_mode_and_gives_back_the_draft_and_a_reply_cannot_be_edi
     assert w.input.editing is None and w.input.toPlainText() == "half typed"
     assert [m.id for m in w.controller.messages] == [w.controller.messages[0].id, reply.id]
     assert row_count("SELECT COUNT(*) FROM messages") == 2
+    act(w, MessageAction.EDIT, w.controller.messages[0].id)
+    w.controller.new_conversation()  # the edited message left the screen: so does the edit
+    assert w.input.editing is None and w.input.toPlainText() == "half typed"
 
 
 def test_delete_moves_what_followed_up_asks_before_losing_a_reply_and_the_next_history_is_the_path(
@@ -298,8 +302,9 @@ def test_the_history_sent_is_the_shown_path_only(qtbot, tiny, isolated_home):
     act(w, MessageAction.EDIT, u1.id)
     w.input.setPlainText("edited question")
     with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
-        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)  # the button resends too
     u1b = w.controller.messages[0]
+    assert (u1b.content, u1b.variant, u1b.variants, w.input.editing) == ("edited question", 2, 2, None)
     act(w, MessageAction.PREVIOUS, u1b.id)
     assert [m.id for m in w.controller.messages] == [u1.id, r1.id]
     sent = requests(w)
@@ -382,3 +387,29 @@ def test_a_hand_edited_tree_still_shows_its_messages_without_hanging(bad):
     store = ChatStore()
     assert [m.content for m in store.messages(c)] == ["q", "a"]  # the oldest message of a loop, or an orphan, starts it
     store.close()
+
+
+def test_regenerate_says_why_when_the_reply_cannot_be_made_again_with_its_own_settings(qtbot, tiny, isolated_home):
+    store = ChatStore()  # a reply from before settings were recorded
+    conv = store.new_conversation("old chat").id
+    old_q = store.add_message(conv, Role.USER, "an old question")
+    old_r = store.add_message(conv, Role.ASSISTANT, "an old answer", "tiny-target.gguf", "tiny-drafter.gguf")
+    store.close()
+    home = install_tiny(tiny, isolated_home, max_tokens=8)
+    w = open_window(qtbot)
+    assert [m.id for m in w.controller.messages] == [old_q.id, old_r.id]
+    said = notices(w)
+    act(w, MessageAction.REGENERATE, old_r.id)
+    assert "settings were not recorded" in said[-1] and "Regenerate with current settings" in said[-1]
+    assert not w.controller.busy and row_count("SELECT COUNT(*) FROM messages") == 2
+
+    reply = send(qtbot, w)
+    with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS):
+        w.controller.update_settings(drafter="lookup")
+    home["drafter"].unlink()  # the reply's drafter is gone from the model folder
+    act(w, MessageAction.REGENERATE, reply.id)
+    assert "the drafter tiny-drafter.gguf is not installed any more" in said[-1], said[-1]
+    assert not w.controller.busy and row_count("SELECT COUNT(*) FROM messages") == 4
+    assert w.controller.settings.drafter == "lookup"  # the model bar did not move
+    again = act_and_wait(qtbot, w, MessageAction.REGENERATE_CURRENT, reply.id)  # today's pair still can
+    assert again.settings["drafter"] == "lookup" and again.drafter == "prompt lookup" and again.variant == 2

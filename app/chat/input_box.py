@@ -24,6 +24,8 @@ class InputBox(QPlainTextEdit):
     until `end_edit`, so a refused resend keeps the text)."""
     sig_edit_cancelled = Signal()
     """Esc left edit mode; the box holds what it held before."""
+    sig_editing = Signal(bool)
+    """Edit mode began (True) or ended (False)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -55,6 +57,7 @@ class InputBox(QPlainTextEdit):
         self._place_banner()
         self.setAccessibleDescription(EDIT_HINT)
         self.setFocus()
+        self.sig_editing.emit(True)
 
     def end_edit(self) -> None:
         """Leave edit mode and give back what was typed before it."""
@@ -68,6 +71,7 @@ class InputBox(QPlainTextEdit):
         self.setPlainText(self._draft)
         self.moveCursor(QTextCursor.MoveOperation.End)
         self._draft = ""
+        self.sig_editing.emit(False)
 
     def _place_banner(self) -> None:
         r = self.contentsRect()

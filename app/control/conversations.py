@@ -180,6 +180,8 @@ class Conversations(QObject):
 
     def show_alternative(self, message_id: int, step: int) -> bool:
         """Show the alternative `step` places after (or before) this message among its siblings."""
+        if self.find(message_id) is None:
+            return False  # only the shown path's messages have links; a stale id changes nothing
         try:
             siblings = self.store.siblings(message_id)
             i = siblings.index(message_id)
@@ -199,7 +201,9 @@ class Conversations(QObject):
         return self.reload()
 
     def delete_message(self, message_id: int) -> bool:
-        """Delete one message; what followed it moves up (see ChatStore.delete_message)."""
+        """Delete one message of the shown path; what followed it moves up (see ChatStore.delete_message)."""
+        if self.find(message_id) is None:
+            return False
         try:
             self.store.delete_message(message_id)
         except StoreError as exc:

@@ -241,8 +241,8 @@ class Replies(QObject):
         return True
 
     def _replayed(self, reply: Message) -> AppSettings | None:
-        """The current settings with the reply's pair, k and sampling; its pair is loaded if it is
-        not. None (and a notice saying why) when the reply cannot be made again that way."""
+        """The current settings with the reply's pair, k and sampling (`_start` switches to its pair).
+        None (and a notice saying why) when the reply cannot be made again that way."""
         recorded = self.recorded_settings(reply)
         if recorded is None:
             self.sig_notice.emit(Notice("This reply's settings were not recorded, so it cannot be made again the same "
@@ -254,10 +254,6 @@ class Replies(QObject):
                                         "again in Models…, or use “Regenerate with current settings”.",
                                         Level.WARNING, Action.OPEN_MODELS))
             return None
-        if (recorded.target, recorded.drafter) != (self.settings.target, self.settings.drafter):
-            self.pairing.use_pair(recorded.target, recorded.drafter)
-            self.sig_notice.emit(Notice(f"Loading {Path(recorded.target).name} + {drafter_label(recorded.drafter)}, "
-                                        "the pair this reply was made with.", Level.INFO))
         return dataclasses.replace(self.settings, **{k: getattr(recorded, k) for k in REPLAYED})
 
     def _new_reply(self, conv_id: int, question: Message, s: AppSettings) -> Message:
@@ -281,6 +277,11 @@ class Replies(QObject):
             convs.reload()
             convs.emit_list()
         self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
+        if (s.target, s.drafter) != (self.settings.target, self.settings.drafter):
+            # A reply made again with its own pair: load it (queued before the request below).
+            self.pairing.use_pair(s.target, s.drafter)
+            self.sig_notice.emit(Notice(f"Loading {Path(s.target).name} + {drafter_label(s.drafter)}, the pair this "
+                                        "reply was made with.", Level.INFO))
         self.pairing.ensure_loaded()
         self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder)
 
