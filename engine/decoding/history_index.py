@@ -45,9 +45,9 @@ FORMAT = "draftlight-history-index"
 VERSION = 1
 #: Longest context (tokens) counted; contexts of 1..MAX_CONTEXT are kept, the longest seen wins.
 MAX_CONTEXT = 4
-#: Least confidence a proposed token needs, by the length of the context behind it (index n);
+#: Least confidence a proposed token needs, by the length of the context behind it;
 #: a single token of context needs the most evidence (llama.cpp's ngram-cache is as strict).
-MIN_CONFIDENCE = (1.0, 0.8, 0.6, 0.5, 0.5)
+MIN_CONFIDENCE = {1: 0.8, 2: 0.6, 3: 0.5, 4: 0.5}
 #: Confidence buckets: bucket b (1-based) holds confidences from BUCKETS[b-2] up to BUCKETS[b-1].
 BUCKETS = (0.75, 0.9)
 #: Conversations after which an entry's count weighs half when choosing what to evict.
@@ -290,8 +290,9 @@ class HistoryIndex:
         t = t.astype(np.uint64)
         start = self._remember(conversation, t) if conversation is not None else 0
         self.serial += 1
-        keys = [(_window_hashes(t, n, start) << np.uint64(TOKEN_BITS)) | t[max(n, start):] for n in range(1, MAX_CONTEXT + 1)]
-        new, times = np.unique(np.concatenate(keys), return_counts=True)
+        pairs = [(_window_hashes(t, n, start) << np.uint64(TOKEN_BITS)) | t[max(n, start) :]
+                 for n in range(1, MAX_CONTEXT + 1)]
+        new, times = np.unique(np.concatenate(pairs), return_counts=True)
         self._merge(new, times)
         self._dirty = True
         self._evict()
