@@ -413,3 +413,30 @@ def test_regenerate_says_why_when_the_reply_cannot_be_made_again_with_its_own_se
     assert w.controller.settings.drafter == "lookup"  # the model bar did not move
     again = act_and_wait(qtbot, w, MessageAction.REGENERATE_CURRENT, reply.id)  # today's pair still can
     assert again.settings["drafter"] == "lookup" and again.drafter == "prompt lookup" and again.variant == 2
+
+
+def test_a_regenerated_reply_that_fails_before_its_first_token_takes_back_only_itself(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=8)
+    w = open_window(qtbot)
+    r1 = send(qtbot, w, "first question")
+    u1 = w.controller.messages[0]
+    w.controller.update_settings(system_prompt="word " * 6000)  # longer than the context: refused before a token
+    said = notices(w)
+    with qtbot.waitSignal(w.controller.sig_busy, timeout=REPLY_TIMEOUT_MS, check_params_cb=lambda busy: not busy):
+        act(w, MessageAction.REGENERATE_CURRENT, r1.id)
+    assert any("too long" in t for t in said), said
+    assert shown(w) == [(u1.id, 1, 1), (r1.id, 1, 1)]  # the question stays, the old reply is shown again
+    assert row_count("SELECT COUNT(*) FROM messages") == 2 and w.input.toPlainText() == ""
+
+
+def test_a_reply_whose_question_was_deleted_is_not_regenerated(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=8)
+    w = open_window(qtbot)
+    r1 = send(qtbot, w, "first question")
+    r2 = send(qtbot, w, "second question")
+    act(w, MessageAction.DELETE, w.controller.messages[2].id)  # a question: its reply moves up under r1
+    assert [m.id for m in w.controller.messages][1:] == [r1.id, r2.id]
+    said = notices(w)
+    act(w, MessageAction.REGENERATE, r2.id)
+    assert "question was deleted" in said[-1] and not w.controller.busy
+    assert row_count("SELECT COUNT(*) FROM messages") == 3

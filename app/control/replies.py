@@ -203,8 +203,9 @@ class Replies(QObject):
             return False
         m = convs.messages[i]
         q = i if m.role == Role.USER else i - 1
-        if q < 0:
-            self.sig_notice.emit(Notice("This reply follows no message, so there is nothing to answer again.",
+        if q < 0 or convs.messages[q].role != Role.USER:
+            # Its question was deleted: the engine answers a question, never a reply.
+            self.sig_notice.emit(Notice("This reply's question was deleted, so there is nothing to answer again.",
                                         Level.INFO))
             return False
         s = self.settings if current or m.role == Role.USER else self._replayed(m)
