@@ -35,7 +35,7 @@ def hold(db_path: str, exclusive: bool) -> None:
 
 
 def crash_migration(db_path: str) -> None:
-    import app.store as store
+    import app.history.store as store
 
     connect = sqlite3.connect
 
@@ -56,8 +56,8 @@ def crash_migration(db_path: str) -> None:
 
 
 def fill_disk(db_path: str) -> None:
-    from app.records import Role
-    from app.store import ChatStore, StoreError
+    from app.history.records import Role
+    from app.history.store import ChatStore, StoreError
 
     store = ChatStore(Path(db_path))
     conv = store.conversations()[0]

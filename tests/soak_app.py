@@ -47,7 +47,7 @@ def main() -> int:
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.settings import AppSettings, save_settings
+    from app.core.settings import AppSettings, save_settings
     from app.window import MainWindow
 
     save_settings(AppSettings(target=str(args.target), drafter=str(args.draft), draft_max=4, max_tokens=64,

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks,  # noqa: E402
                               open_window)
 
-from app.controller import engine_threads_running  # noqa: E402
+from app.control.controller import engine_threads_running  # noqa: E402
 from engine.decoding.events import FinishReason, TokenEvent  # noqa: E402
 
 HERE = Path(__file__).parent

@@ -15,7 +15,7 @@ from engine.decoding.session import GenerationSettings, LoadSettings, Session  #
 
 
 def open_compare(qtbot, w):
-    from app.compare_dialog import CompareDialog
+    from app.stats.compare_dialog import CompareDialog
 
     dlg = CompareDialog(w.controller, w.controller.messages, w)
     qtbot.addWidget(dlg)

@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send  # noqa: E402
 
-from app.records import Role  # noqa: E402
-from app.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
+from app.history.records import Role  # noqa: E402
+from app.history.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
 
 HERE = Path(__file__).parent
 

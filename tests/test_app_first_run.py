@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, send  # noqa: E402
 
-from app.tasks import TaskState  # noqa: E402
+from app.control.tasks import TaskState  # noqa: E402
 
 COMMAND_LINE = ("pip", "python -m", "install -e", "[models]")
 
@@ -45,7 +45,7 @@ def test_an_installed_app_offers_three_ways_and_never_a_command_line(qtbot, bund
     assert not w.chat.isVisible()
     text = w.first_run.texts()
     assert "Download the default pair" in text and "Import GGUF files" in text and "folder" in text
-    from app.models_dialog import ModelsDialog
+    from app.models.models_dialog import ModelsDialog
 
     dlg = ModelsDialog(w.controller, w)
     qtbot.addWidget(dlg)
@@ -54,7 +54,7 @@ def test_an_installed_app_offers_three_ways_and_never_a_command_line(qtbot, bund
     assert "Download the default pair" in dlg.catalog.default_button.text()
 
     # The default pair's missing packages, as the engine and the window word it in a bundle.
-    from app.errors import explain
+    from app.core.errors import explain
     from engine.models import default_pair
 
     absent = replace(default_pair.TARGET, module_prefix="no_such_model_part")

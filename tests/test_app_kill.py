@@ -19,8 +19,8 @@ from pathlib import Path
 
 from test_app_support import install_tiny
 
-from app.records import Role
-from app.store import ChatStore, database_path
+from app.history.records import Role
+from app.history.store import ChatStore, database_path
 from engine.decoding.events import FinishReason
 
 HERE = Path(__file__).parent

@@ -9,8 +9,8 @@ import shutil  # noqa: E402
 
 from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
-from app.settings import DRAFT_LOOKUP, DRAFT_NONE  # noqa: E402
-from app.tasks import TaskState  # noqa: E402
+from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE  # noqa: E402
+from app.control.tasks import TaskState  # noqa: E402
 
 
 def test_drafter_picker_offers_only_compatible_drafters(qtbot, tiny, isolated_home):
@@ -36,7 +36,7 @@ def test_models_dialog_explains_pairs_and_imports_a_file(qtbot, tiny, isolated_h
     installed = install_tiny(tiny, isolated_home)
     (isolated_home / "data" / "models" / installed["other-vocab"].name).unlink()
     w = open_window(qtbot)
-    from app.models_dialog import ModelsDialog
+    from app.models.models_dialog import ModelsDialog
 
     dlg = ModelsDialog(w.controller, w)
     qtbot.addWidget(dlg)
@@ -95,7 +95,7 @@ def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolat
     from fake_hub import FakeHub
     from tiny_models import TARGET, write_tiny_model
 
-    from app.catalog_tab import PairCard
+    from app.models.catalog_tab import PairCard
     from app.window import MainWindow
     from engine.models.catalog import CatalogFile, CatalogPair
 

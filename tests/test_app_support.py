@@ -8,9 +8,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from app.records import Role  # noqa: E402
-from app.settings import AppSettings, save_settings  # noqa: E402
-from app.theme import Theme  # noqa: E402
+from app.history.records import Role  # noqa: E402
+from app.core.settings import AppSettings, save_settings  # noqa: E402
+from app.core.theme import Theme  # noqa: E402
 
 PROMPT = "the model is fast"  # the tiny pair drafts, accepts, corrects and adds bonus tokens on this one
 LOAD_TIMEOUT_MS = 30_000

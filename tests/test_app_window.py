@@ -13,8 +13,8 @@ from PySide6.QtGui import QFont, QTextCharFormat, QTextCursor  # noqa: E402
 from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
                               open_window, send)
 
-from app.store import database_path  # noqa: E402
-from app.theme import LIGHT_COLOURS, Mark, mark_format  # noqa: E402
+from app.history.store import database_path  # noqa: E402
+from app.core.theme import LIGHT_COLOURS, Mark, mark_format  # noqa: E402
 from engine.decoding.events import FinishReason, TokenEvent, TokenSource  # noqa: E402
 
 STYLE_FIELDS = (
@@ -190,7 +190,7 @@ def test_damaged_database_and_settings_are_set_aside_with_a_message(qtbot, tiny,
     send(qtbot, w)  # the fresh database works
     w.close()
 
-    from app.settings import settings_path
+    from app.core.settings import settings_path
 
     settings_path().write_text("{ not json", encoding="utf-8")
     from app.window import MainWindow
