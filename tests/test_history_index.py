@@ -626,6 +626,28 @@ def test_bench_indexes_only_the_other_conversations(tiny, tmp_path):
         # the same conversation under another id is left out too
         twin = BenchPrompt("a2", "x", "hello world the code")
         assert history_indexes(session, [chats[0]], [twin, chats[1]])["a"].serial == 1
+        # with the target's own replies, generated here without a drafter, tallied by plain counting
+        replies = {c.id: [e.token_id for e in session.chat(c.messages, GenerationSettings(draft_max=0, max_tokens=3))
+                          if isinstance(e, TokenEvent)] for c in chats}
+        full = {c: own[c] + replies[c] for c in own}
+        with_replies = history_indexes(session, chats[:2], chats, reply_tokens=3)
+
+        def tally(ctx, convs):
+            out = {}
+            for t in convs:
+                for i in range(len(ctx), len(t)):
+                    if t[i - len(ctx) : i] == list(ctx):
+                        out[t[i]] = out.get(t[i], 0) + 1
+            return out
+
+        for p in chats[:2]:
+            others = [full[c] for c in full if c != p.id]
+            for c in full:
+                for n in (1, 2, 4):
+                    for i in range(len(full[c]) - 4, len(full[c])):  # contexts that end in the replies
+                        ctx = full[c][i - n : i]
+                        assert with_replies[p.id].continuations(ctx) == tally(ctx, others), (p.id, c, ctx)
+        assert all(len(r) == 3 for r in replies.values())
     finally:
         session.close()
 
@@ -636,10 +658,12 @@ def test_bench_runs_a_history_variant(tiny, tmp_path):
                                enumerate(["hello world the", "the code is fast"])) + "\n")
     out = subprocess.run(
         [sys.executable, "-m", "engine", "bench", "--target", str(tiny["sharp-target"]), "--draft", "history@4",
-         "--prompts", str(chats), "--max-tokens", "8", "--repeats", "1", "--ctx", "256", "--out", str(tmp_path / "r")],
+         "--prompts", str(chats), "--max-tokens", "8", "--repeats", "1", "--ctx", "256", "--history-warm-replies", "4",
+         "--out", str(tmp_path / "r")],
         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert "history k=4" in report["summary"]["variants"]
-    assert report["meta"]["history"]["warm"] == str(chats)
-    assert "each prompt drafts from an index of the other conversations" in (tmp_path / "r" / "report.md").read_text()
+    assert report["meta"]["history"]["warm"] == str(chats) and report["meta"]["history"]["warm_reply_tokens"] == 4
+    assert ("each prompt drafts from an index of the other conversations in `" + str(chats) + "`, each with the "
+            "target's own greedy reply (up to 4 tokens)") in (tmp_path / "r" / "report.md").read_text()

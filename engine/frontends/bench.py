@@ -153,12 +153,21 @@ def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
 
 
 def history_indexes(session: Session, prompts: Sequence[BenchPrompt], chats: Sequence[BenchPrompt],
-                    base: HistoryIndex | None = None, cap_bytes: int = int(DEFAULT_CAP_MB * 2**20)) -> dict[str, HistoryIndex]:
+                    base: HistoryIndex | None = None, cap_bytes: int = int(DEFAULT_CAP_MB * 2**20),
+                    reply_tokens: int = 0) -> dict[str, HistoryIndex]:
     """Per measured prompt, an index of the conversations in `chats` other than that prompt's own
     (by id or by messages), on top of `base` if given: a history variant is never helped by the
-    conversation it is measured on."""
+    conversation it is measured on. With `reply_tokens`, each conversation is indexed with the
+    target's own plain greedy reply to it (that many tokens at most), as a past chat would hold."""
     fp = vocab_fingerprint(session.target)
     tokens = {c.id: session.render(c.messages).tokens for c in chats}  # as the chat template renders them
+    if reply_tokens > 0:
+        session.use_history(None)
+        session.set_drafter(None)
+        for c in chats:
+            session.reset_state()
+            settings = GenerationSettings(draft_max=0, max_tokens=reply_tokens)
+            tokens[c.id] += [e.token_id for e in session.chat(c.messages, settings) if isinstance(e, TokenEvent)]
     out = {}
     for p in prompts:
         index = base.copy() if base is not None else HistoryIndex(fp, cap_bytes)
@@ -403,7 +412,9 @@ def markdown(summary: dict, meta: dict) -> str:
                   f"{native['plain_ratio']:.2f} (median plain tokens/s over all prompts against llama-bench's mean)."]
     hist = meta.get("history")
     if hist:
-        lines += ["", f"history: each prompt drafts from an index of the other conversations in `{hist['warm']}` "
+        replies = (f", each with the target's own greedy reply (up to {hist['warm_reply_tokens']} tokens)"
+                   if hist.get("warm_reply_tokens") else "")
+        lines += ["", f"history: each prompt drafts from an index of the other conversations in `{hist['warm']}`{replies} "
                   f"(never its own; {hist['entries_median']:,} n-grams median, at most {hist['mb_max']} MB)"
                   + (f", on top of the saved index {hist['saved_index']}" if hist.get("saved_index") else "") + "."]
     lines += ["", "Auto / best fixed k: per prompt and repeat, Auto's tokens/s over the fastest fixed draft length "

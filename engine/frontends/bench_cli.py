@@ -41,6 +41,9 @@ def register(sub) -> None:
     b.add_argument("--history-index", type=Path, default=None, metavar="DIR",
                    help="for 'history': also start from the saved index for the target in DIR (read, never written; "
                         "it may hold the measured conversations, so only --history-warm is a fair head to head)")
+    b.add_argument("--history-warm-replies", type=int, default=0, metavar="N",
+                   help="for 'history': index each warm-up conversation with the target's own plain greedy reply to it "
+                        "(up to N tokens, generated before the runs), as a past chat would hold (default 0: none)")
     add_history_options(b)
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.set_defaults(func=cmd_bench)
@@ -97,6 +100,7 @@ def _histories(args, session, prompts):
     import statistics
 
     from engine.decoding.history_index import HistoryIndex
+    from engine.errors import EngineError
     from engine.frontends.bench import history_indexes, load_prompts
 
     cap = history_cap_bytes(args)
@@ -106,10 +110,15 @@ def _histories(args, session, prompts):
         base = HistoryIndex.open_for(args.history_index, session.target, cap)
         for note in base.notes:
             print(f"note: {note}", file=sys.stderr)
-    indexes = history_indexes(session, prompts, load_prompts(warm_path), base, cap)
+    if args.history_warm_replies < 0:
+        raise EngineError("--history-warm-replies must be 0 or more")
+    warm = load_prompts(warm_path)
+    if args.history_warm_replies:
+        print(f"history: generating the target's replies to {len(warm)} warm-up conversations", file=sys.stderr)
+    indexes = history_indexes(session, prompts, warm, base, cap, args.history_warm_replies)
     sizes = [i.entries for i in indexes.values()]
     meta = {"warm": str(warm_path), "saved_index": str(base.path) if base is not None else None,
-            "entries_median": statistics.median(sizes), "mb_max": round(max(i.nbytes for i in indexes.values()) / 2**20, 2),
+            "warm_reply_tokens": args.history_warm_replies, "entries_median": int(statistics.median(sizes)), "mb_max": round(max(i.nbytes for i in indexes.values()) / 2**20, 2),
             "rule": "each prompt's index holds the other conversations only"}
     print(f"history indexes: {meta['entries_median']:,} n-grams (median) per prompt from {warm_path}", file=sys.stderr)
     return indexes, meta
