@@ -105,6 +105,19 @@ def test_text_keeps_4_5_to_1_on_every_shading(qapp, name):
     assert contrast(QColor(colours.warning_fg), palette.color(QPalette.ColorRole.Window)) >= 4.5
 
 
+def test_readable_darkens_or_lightens_syntax_colours_just_enough(qapp):
+    """For colours the theme does not choose (Pygments' syntax colours) drawn on a shading."""
+    syntax = ["#008000", "#BA2121", "#0000FF", "#AA22FF", "#687822", "#9C6500", "#E69F00", "#56B4E9"]
+    for colours in THEMES.values():
+        for bg in (colours.accepted_bg, colours.code_bg, colours.page_bg):
+            for fg in syntax:
+                out = theme.readable(fg, bg)
+                assert contrast(out, QColor(bg)) >= 4.5, (fg, bg)
+                if contrast(QColor(fg), QColor(bg)) >= 4.5:
+                    assert out == QColor(fg)  # already readable: left alone
+    assert theme.readable("#008000", "#99D8C7") != QColor("#008000")  # 2.9:1 on the light shading
+
+
 # -- greyscale, from rendered pixels ---------------------------------------------------------------
 def render_grey(mark: Mark, colours, text: str) -> QImage:
     """`text` in the mark's format on the theme's page, as a greyscale image."""

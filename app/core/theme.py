@@ -168,6 +168,32 @@ def mark_format(mark: Mark, colours: TokenColours, highlight: bool = True) -> QT
     return fmt
 
 
+def _luminance(c: QColor) -> float:
+    lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in (c.redF(), c.greenF(), c.blueF())]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def readable(colour: QColor | str, background: QColor | str, ratio: float = 4.5) -> QColor:
+    """`colour`, moved toward black (or white on a dark background) just enough for `ratio`:1
+    WCAG contrast on `background`: for colours the theme does not choose (syntax highlighting)
+    drawn on a token's shading."""
+    fg, bg = QColor(colour), QColor(background)
+    bg_l = _luminance(bg)
+    end = QColor("#000000") if bg_l > 0.18 else QColor("#FFFFFF")
+
+    def ok(c: QColor) -> bool:
+        hi, lo = sorted((_luminance(c), bg_l), reverse=True)
+        return (hi + 0.05) / (lo + 0.05) >= ratio
+
+    for step in range(21):
+        t = step / 20
+        c = QColor.fromRgbF(*(a + (b - a) * t for a, b in ((fg.redF(), end.redF()), (fg.greenF(), end.greenF()),
+                                                           (fg.blueF(), end.blueF()))))
+        if ok(c):
+            return c
+    return end
+
+
 def palette_for(theme: Theme) -> QPalette:
     """A Fusion palette: Qt's light default, or a dark one; page and text as the token colours assume."""
     if not is_dark(theme):
