@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         rect = w.chat.cursorRect(cur)
         local = QPoint(rect.left() - 2, rect.center().y())
         QCursor.setPos(w.chat.viewport().mapToGlobal(local))
-        QToolTip.showText(w.chat.viewport().mapToGlobal(local), w.chat.tooltip_for(frag.format), w.chat)
+        QToolTip.showText(w.chat.viewport().mapToGlobal(local), w.chat.tooltip_for(frag), w.chat)
         screen_shot("chat-rejected-tooltip.png")
         QToolTip.hideText()
     shot(w, "chat-finished-rejected.png")

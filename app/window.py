@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 
 from engine import paths
 from app.chat.actions import MessageAction
-from app.chat.chat_view import ChatView, ViewOptions
+from app.chat.chat_pane import ChatPane
+from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.history.conversation_list import ConversationList
@@ -76,8 +77,7 @@ class MainWindow(QMainWindow):
         self.act_highlight = QAction("Highlight tokens", self, checkable=True)
         self.act_rejected = QAction("Show rejected drafts", self, checkable=True)
         self.act_rejected.setToolTip("Show what the drafter proposed, struck through, before each correction")
-        self.act_rendered = QAction("Rendered view", self, checkable=True)
-        self.act_rendered.setToolTip("Show finished replies as formatted Markdown; untick for the token view")
+        self.chat_pane = ChatPane()  # the chat view, its find bar (Ctrl+F) and token details panel
         self.addAction(self.act_new)  # Ctrl+N; the button sits above the chat list
         for a in (self.act_models, self.act_compare):
             tb.addAction(a)
@@ -85,7 +85,7 @@ class MainWindow(QMainWindow):
         for a in (self.act_export_md, self.act_export_trace):
             tb.addAction(a)
         tb.addSeparator()
-        for a in (self.act_highlight, self.act_rejected, self.act_rendered):
+        for a in (self.act_highlight, self.act_rejected, self.chat_pane.act_details):
             tb.addAction(a)
         tb.addSeparator()
         tb.addWidget(QLabel(" Theme "))
@@ -97,7 +97,7 @@ class MainWindow(QMainWindow):
         self.conversations = ConversationList()
         self.bar = ModelBar()
         self.notice = NoticeBar()
-        self.chat = ChatView()
+        self.chat = self.chat_pane.view
         self.chat.setObjectName("chat_view")
         self.legend = Legend()
         self.input = InputBox()
@@ -117,7 +117,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.bar)
         cl.addWidget(self.notice)
         cl.addWidget(self.first_run, 1)
-        cl.addWidget(self.chat, 1)
+        cl.addWidget(self.chat_pane, 1)
         cl.addWidget(self.legend)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
         self.act_export_trace.triggered.connect(self.export_trace)
         self.act_highlight.toggled.connect(lambda on: c.update_settings(highlight=on))
         self.act_rejected.toggled.connect(lambda on: c.update_settings(show_rejected=on))
-        self.act_rendered.toggled.connect(lambda on: c.update_settings(rendered=on))
+        self.chat.copied.connect(lambda what: self.statusBar().showMessage(f"Copied the {what}.", 2500))
         self.theme.activated.connect(lambda _i: c.update_settings(theme=self.theme.currentData()))
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
         for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded):
@@ -233,14 +233,13 @@ class MainWindow(QMainWindow):
         if app is not None and getattr(self, "_theme", None) != s.theme:
             self._theme = s.theme
             apply_theme(app, s.theme)
-        for act, on in ((self.act_highlight, s.highlight), (self.act_rejected, s.show_rejected),
-                        (self.act_rendered, s.rendered)):
+        for act, on in ((self.act_highlight, s.highlight), (self.act_rejected, s.show_rejected)):
             act.blockSignals(True)
             act.setChecked(on)
             act.blockSignals(False)
         self.theme.setCurrentIndex(self.theme.findData(s.theme))
         colours = colours_for(s.theme)
-        self.chat.set_options(ViewOptions(colours, s.highlight, s.show_rejected, s.rendered))
+        self.chat.set_options(ViewOptions(colours, s.highlight, s.show_rejected))
         self.legend.show_legend(colours, s.highlight, s.show_rejected)
         self.context_meter.set_colours(colours)
         self.bar.set_settings(s)
@@ -333,7 +332,7 @@ class MainWindow(QMainWindow):
 
     def _first_run(self) -> None:
         """No model is installed: the ways to get one take the chat's place until one is."""
-        self.chat.hide()
+        self.chat_pane.hide()
         self.legend.hide()
         self.first_run.show()
         self.controller.update_settings(first_run_done=True)
@@ -341,7 +340,7 @@ class MainWindow(QMainWindow):
     def _models_listed(self, models, target: str) -> None:
         if (models or target) and self.first_run.isVisible():
             self.first_run.hide()
-            self.chat.show()
+            self.chat_pane.show()
             self.legend.show()
 
     # -- dialogs ------------------------------------------------------------------------------

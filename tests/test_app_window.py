@@ -45,18 +45,21 @@ def test_reply_streams_in_with_a_style_per_token_source(qtbot, tiny, isolated_ho
 
     frags = list(w.chat.token_fragments())
     assert frags, "no reply tokens in the document"
-    # Every token is in the document with its own provenance, in order, and the text adds up.
+    # Every token is in the document with its own provenance, in order; each piece shows characters of its
+    # own token (the reply is rendered as Markdown: markup and line ends are not characters on screen).
     assert sorted({f.index for f in frags}) == visible(reply)
-    assert "".join(f.text for f in frags) == reply.text.replace("\n", "")
+    assert all(f.text in reply.tokens[f.index].text for f in frags)
+    assert [f.index for f in frags] == sorted(f.index for f in frags)
     for f in frags:
         token = reply.tokens[f.index]
         assert f.mark.value == token.source.value
         assert f.round == token.round
     seen = {f.mark for f in frags}
     assert {Mark.ACCEPTED, Mark.CORRECTION, Mark.BONUS} <= seen
-    # Each source has its own look, and each look differs from the others without colour too.
+    # Each source has its own look (whitespace carries none), and each look differs from the others without
+    # colour too.
     for f in frags:
-        assert style(f.format) == style(mark_format(f.mark, LIGHT_COLOURS)), f.mark
+        assert style(f.format) == style(mark_format(f.mark, LIGHT_COLOURS) if f.text.strip() else QTextCharFormat())
     cues = set()  # what remains in greyscale: shading, weight, italic, underline, strike-out
     for m in Mark:
         s = style(mark_format(m, LIGHT_COLOURS))
@@ -121,7 +124,7 @@ def test_stop_ends_the_reply_within_one_round_and_what_was_shown_is_saved(qtbot,
     assert w.send_button.isEnabled() and not w.stop_button.isEnabled()
 
 
-def test_rejected_drafts_highlighting_and_rendered_view_toggles(qtbot, tiny, isolated_home):
+def test_rejected_drafts_and_highlighting_toggles(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
     w = open_window(qtbot)
     reply = send(qtbot, w)
@@ -143,19 +146,17 @@ def test_rejected_drafts_highlighting_and_rendered_view_toggles(qtbot, tiny, iso
     w.act_rejected.trigger()
     assert not any(m == "rejected" for _, m in marks(w))
 
-    w.act_highlight.trigger()  # off: plain reading, provenance kept for the tooltip
+    shown = w.chat.toPlainText()
+    w.act_highlight.trigger()  # off: the same rendered text, plain; provenance kept for the tooltip
     frags = list(w.chat.token_fragments())
     assert frags and all(style(f.format) == style(QTextCharFormat()) for f in frags)
-    tip = w.chat.tooltip_for(next(f for f in frags if f.mark == Mark.CORRECTION).format)
+    assert w.chat.toPlainText() == shown
+    tip = w.chat.tooltip_for(next(f for f in frags if f.mark == Mark.CORRECTION))
     assert "correction" in tip and "round" in tip and "target p =" in tip and "draft" in tip
     assert "runner-up was" in tip  # greedy: how close the target's second choice came
     w.act_highlight.trigger()
-    assert all(style(f.format) == style(mark_format(f.mark, LIGHT_COLOURS)) for f in w.chat.token_fragments())
-
-    w.act_rendered.trigger()  # finished replies as Markdown; the token view comes back on untick
-    assert not list(w.chat.token_fragments())
-    assert reply.text.split()[0] in w.chat.toPlainText()
-    w.act_rendered.trigger()
+    assert all(style(f.format) == style(mark_format(f.mark, LIGHT_COLOURS) if f.text.strip() else QTextCharFormat())
+               for f in w.chat.token_fragments())
     assert sorted({f.index for f in w.chat.token_fragments()}) == visible(reply)
 
 

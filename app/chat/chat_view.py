@@ -1,40 +1,53 @@
-"""The conversation as a document: every reply token keeps its provenance in its character format.
+"""The conversation as one document: Markdown rendered live, every character tied to its token.
 
-Each token is inserted with the format of its source (theme.mark_format) plus properties naming
-the message, token index and round, so a hover can explain it and tests can read it back.
-Replies stream in at the end of the document in batches (one edit block per timer tick).
-Finished replies can instead be shown rendered from Markdown; code inside a reply reads in a
-monospace font in the token view too.
+Why one QTextDocument (a QTextBrowser) for the whole chat and not a widget per message: selection and
+copy run across messages, Ctrl+F is QTextDocument.find, and Qt lays out only what is on screen; a
+widget per message costs a layout per message on every resize and stops a selection at its edge.
+Messages are still units: each is a header (who, pair, k or Auto, sampling, "‹ 2 / 3 ›"), a body and,
+once finished, a footer (speed, acceptance, the verdict as a chip, time, action links). The view keeps
+each message's document range and a Provenance table (document offset runs -> token index) beside the
+document, rather than a character format per token, so formats stay few and shared.
+
+markdown_spans parses (markdown-it-py, Pygments); reply_document writes with shared formats. A
+streaming reply is re-rendered only from the start of its last top-level block (in a long open code
+fence, from a line where lexing can restart), at most every few tens of milliseconds. Opening a long
+chat renders the last messages at once and the older ones above them in slices of ~20 ms, so the
+event loop never waits long; parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette, QTextBlockFormat,
+                           QTextCharFormat, QTextCursor)
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
-from engine.decoding.events import FinishReason, TokenEvent, TokenSource
+from engine.decoding.events import FinishReason, TokenEvent
 
+from app.chat.actions import MessageAction
+from app.chat.markdown_spans import LINE_BREAK, Block, Kind, code_sources, parse
+from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
+from app.chat.reply_document import INDENT, BlockMark, Formats, Look, Provenance, ReplyWriter
+from app.core.theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours
 from app.history.records import Message, Role
-from app.core.theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours, mark_format
-
-PROP_MARK = QTextFormat.Property.UserProperty + 1
-"""Mark value ('accepted', ..., 'rejected') of a reply fragment."""
-PROP_MESSAGE = QTextFormat.Property.UserProperty + 2
-"""Database id of the message a fragment belongs to."""
-PROP_INDEX = QTextFormat.Property.UserProperty + 3
-"""Token index in the reply (-1 for rejected draft text)."""
-PROP_ROUND = QTextFormat.Property.UserProperty + 4
-"""Round that emitted (or rejected) it."""
 
 _FINISH_NOTES = {
     FinishReason.CANCELLED: "stopped",
     FinishReason.LENGTH: "stopped at the max tokens limit; raise it under Sampling",
     FinishReason.CONTEXT_FULL: "the context is full",
 }
+TAIL_CHARS = 6000
+"""Opening a chat renders at once the last messages up to about this much text; older ones follow."""
+SLICE_S = 0.02
+"""Time spent per slice of rendering older messages before the event loop gets a turn."""
+MIN_GAP_S = 0.04
+"""Least time between two re-renders of a streaming reply (also at least 4x the last one's cost)."""
+CHECKPOINT_LINES = 40
+"""A streaming code fence longer than this re-renders from a late line rather than from its top."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,42 +57,75 @@ class ViewOptions:
     colours: TokenColours = LIGHT_COLOURS
     """Theme colours."""
     highlight: bool = True
-    """Style tokens by source."""
+    """Mark tokens by source."""
     show_rejected: bool = False
     """Insert rejected draft tokens, struck through, before each correction."""
-    rendered: bool = False
-    """Show finished replies rendered from Markdown."""
+    actions: bool = True
+    """Show the messages' action links (copy, regenerate, edit, delete, alternatives)."""
 
 
 @dataclass(frozen=True, slots=True)
 class TokenFragment:
-    """A piece of reply text as the document holds it."""
+    """A piece of reply text as the document shows it, and the token it came from."""
 
     text: str
+    """The characters shown."""
     mark: Mark
+    """Its token's source (REJECTED for a rejected draft)."""
     message_id: int
+    """Database id of its message."""
     index: int
+    """Token index in the reply (-1 for rejected draft text)."""
     round: int
+    """Round that emitted (or rejected) it."""
     format: QTextCharFormat
+    """The character format it is drawn with."""
     position: int
     """Document position of its first character."""
 
 
-class _CodeTracker:
-    """Follows ``` fences through a reply as it streams, line by line."""
+@dataclass(slots=True)
+class _Shown:
+    """A message on screen."""
 
-    def __init__(self) -> None:
-        self.in_code = False
-        self.line = ""
+    message: Message
+    start: int
+    """Document position of its first character (moves when older messages are rendered above it)."""
+    prov: Provenance
 
-    @property
-    def code_line(self) -> bool:
-        return self.in_code or self.line.lstrip().startswith("```")
 
-    def newline(self) -> None:
-        if self.line.lstrip().startswith("```"):
-            self.in_code = not self.in_code
-        self.line = ""
+@dataclass(slots=True)
+class _Live:
+    """The streaming reply: its text so far, and where its unsettled tail begins."""
+
+    shown: _Shown
+    source: str
+    ends: list[int]
+    """Cumulative token text ends (source offsets)."""
+    n_tokens: int
+    cut: int = 0
+    """Source offset the tail is parsed from (a top-level block start)."""
+    cut_doc: int = 0
+    """Offset from the message's start to delete from."""
+    cut_fresh: bool = False
+    cut_runs: int = 0
+    """Provenance runs before the tail."""
+    cut_code: int = 0
+    """Code blocks before the tail."""
+    skip_lines: int = 0
+    """Lines of the code fence at `cut` that stay as they are."""
+
+
+def message_source(m: Message) -> tuple[str, list[int]]:
+    """What a message's body is rendered from, and its tokens' cumulative ends (none for user text)."""
+    if m.role == Role.USER or not m.tokens:
+        return m.content, []
+    ends, at = [], 0
+    texts = [t.text for t in m.tokens]
+    for t in texts:
+        at += len(t)
+        ends.append(at)
+    return "".join(texts), ends
 
 
 class ChatView(QTextBrowser):
@@ -87,249 +133,518 @@ class ChatView(QTextBrowser):
 
     action_requested = Signal(str, int)
     """(MessageAction value, message id): a message's action link was used."""
+    copied = Signal(str)
+    """Text was put on the clipboard: 'message' or 'code'."""
+    rendered = Signal()
+    """Every message is in the document (older messages render after the newest ones)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)  # action and copy links are handled here; web links go to the browser
+        self.anchorClicked.connect(self._on_anchor)
         self.setUndoRedoEnabled(False)
-        self.document().setDocumentMargin(14)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.setAccessibleName("Conversation")
+        self.setAccessibleDescription("Messages and replies; Ctrl+Up and Ctrl+Down move between messages")
+        doc = self.document()
+        doc.setDocumentMargin(14)
+        doc.setIndentWidth(INDENT)
+        self.setMouseTracking(True)
         self.options = ViewOptions()
         self.messages: list[Message] = []
-        self._by_id: dict[int, Message] = {}
-        self._reply_start = -1  # document position where the streaming reply's text begins
-        self._code = _CodeTracker()
-        self.setMouseTracking(True)
+        self._shown: list[_Shown] = []
+        self._by_id: dict[int, _Shown] = {}
+        self._pending: list[Message] = []  # older messages not rendered yet, oldest first
+        self._live: _Live | None = None
+        self._blocks: dict[int, tuple[int, list[Block]]] = {}  # message id -> (source length, blocks)
+        self._formats: Formats | None = None
+        self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
+        self._next_live = 0.0
+        self._pending_timer = QTimer(self, singleShot=True, interval=0, timeout=self._render_pending)
 
-    # -- whole document --------------------------------------------------------------
+    # -- whole document --------------------------------------------------------------------------
     def set_options(self, options: ViewOptions) -> None:
         if options != self.options:
             self.options = options
+            anchor = None if self._at_bottom() else self._top_message()
             self.show_messages(self.messages)
+            if anchor is not None:
+                self._scroll_to_message(*anchor)
 
     def show_messages(self, messages: Sequence[Message]) -> None:
-        """Redraw everything (opening a chat, or after a view option changed)."""
+        """Draw a conversation (opening a chat, or after a view option changed): the newest messages now,
+        older ones above them over the next event-loop turns."""
+        self._live_timer.stop()
+        self._pending_timer.stop()
+        self._live = None
         self.messages = list(messages)
-        self._by_id = {m.id: m for m in self.messages}
+        keep = {m.id for m in self.messages}
+        self._blocks = {k: v for k, v in self._blocks.items() if k in keep}
+        self._formats = self._current_formats()
         doc = self.document()
         doc.clear()
-        self._base_font = QFont(self.font())
+        self._shown, self._by_id = [], {}
+        size, first = 0, len(self.messages)
+        while first > 0 and (first == len(self.messages) or size < TAIL_CHARS):
+            first -= 1
+            m = self.messages[first]
+            size += len(m.content) if m.finished else sum(len(t.text) for t in m.tokens)
+        self._pending = self.messages[:first]
         cur = QTextCursor(doc)
         cur.beginEditBlock()
-        first = True
-        for m in self.messages:
-            self._write_message(cur, m, first)
-            first = False
+        for i, m in enumerate(self.messages[first:]):
+            if i:
+                cur.insertBlock()
+            self._add(self._write_message(cur, m, live=not m.finished and first + i == len(self.messages) - 1))
         cur.endEditBlock()
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        self.setTextCursor(cur)
         self._scroll_to_end()
-
-    def _write_message(self, cur: QTextCursor, m: Message, first: bool) -> None:
-        self._write_header(cur, m, first)
-        if m.role == Role.USER:
-            cur.insertText(m.content, QTextCharFormat())
-            return
-        self._reply_start = cur.position()
-        self._code = _CodeTracker()
-        if m.finished and self.options.rendered:
-            self._write_markdown(cur, m)
+        if self._pending:
+            self._pending_timer.start()
         else:
-            self._write_tokens(cur, m, m.tokens)
-        if m.finished:
-            self._write_finish_note(cur, m)
+            self.rendered.emit()
 
-    # -- streaming ---------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        """Every message is rendered and the streaming reply's text is all shown."""
+        return not self._pending and not self._live_timer.isActive()
+
+    def finish_rendering(self) -> None:
+        """Render what is waiting now (older messages, the streaming reply's latest tokens)."""
+        while self._pending:
+            self._render_pending(budget=float("inf"))
+        if self._live_timer.isActive():
+            self._live_timer.stop()
+            self._render_live()
+
+    def _add(self, shown: _Shown, front: bool = False) -> None:
+        if front:
+            self._shown.insert(0, shown)
+        else:
+            self._shown.append(shown)
+        self._by_id[shown.message.id] = shown
+
+    def _render_pending(self, budget: float = SLICE_S) -> None:
+        if not self._pending:
+            return
+        at_bottom = self._at_bottom()
+        anchor = None if at_bottom else self._top_position()
+        doc = self.document()
+        cur = QTextCursor(doc)
+        cur.beginEditBlock()
+        t0, moved = time.perf_counter(), 0
+        while self._pending and time.perf_counter() - t0 < budget:
+            m = self._pending.pop()
+            before = doc.characterCount()
+            first = doc.firstBlock()
+            cur.setPosition(0)
+            cur.insertBlock(first.blockFormat(), first.charFormat())
+            cur.setPosition(0)
+            shown = self._write_message(cur, m, live=False)
+            delta = doc.characterCount() - before
+            for s in self._shown:
+                s.start += delta
+            self._add(shown, front=True)
+            moved += delta
+        cur.endEditBlock()
+        if at_bottom:
+            self._scroll_to_end()
+        elif anchor is not None:
+            pos, y = anchor
+            c = QTextCursor(doc)
+            c.setPosition(min(pos + moved, doc.characterCount() - 1))
+            sb = self.verticalScrollBar()
+            sb.setValue(sb.value() + self.cursorRect(c).top() - y)
+        if self._pending:
+            self._pending_timer.start()
+        else:
+            self.rendered.emit()
+
+    # -- one message ---------------------------------------------------------------------------------
+    def _current_formats(self) -> Formats:
+        pal = self.palette()
+        look = Look(self.options.colours, self.options.highlight, QFont(self.font()),
+                    pal.color(QPalette.ColorRole.Link))
+        if self._formats is not None and self._formats.look == look:
+            return self._formats
+        return Formats(look)
+
+    def _writer(self, cur: QTextCursor, shown: _Shown, ends: Sequence[int]) -> ReplyWriter:
+        m = shown.message
+        assert self._formats is not None
+        return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends, m.rounds,
+                           self.options.show_rejected, m.id, self.options.actions)
+
+    def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> _Shown:
+        """Writes `m` into the empty block at the cursor."""
+        shown = _Shown(m, cur.position(), Provenance())
+        source, ends = message_source(m)
+        w = self._writer(cur, shown, ends)
+        w.fresh = True
+        self._write_header(w, m)
+        if m.role == Role.USER:
+            bf = QTextBlockFormat()
+            bf.setBottomMargin(4)
+            w.start_block(bf)
+            w.insert(m.content.replace("\r\n", "\n").replace("\n", LINE_BREAK), w.formats.plain)
+        elif live:
+            lv = self._live = _Live(shown, source, list(ends), len(m.tokens), cut_doc=cur.position() - shown.start)
+            self._render_tail(lv, w)
+        else:
+            w.write(self._blocks_of(m, source))
+        w.flush()
+        if m.finished or not live:
+            self._write_end(w, m)
+        return shown
+
+    def _blocks_of(self, m: Message, source: str) -> list[Block]:
+        cached = self._blocks.get(m.id)
+        if cached is not None and cached[0] == len(source):
+            return cached[1]
+        blocks = parse(source).blocks
+        self._blocks[m.id] = (len(source), blocks)
+        return blocks
+
+    def _write_header(self, w: ReplyWriter, m: Message) -> None:
+        f = w.formats
+        bf = QTextBlockFormat()
+        bf.setTopMargin(16)
+        bf.setBottomMargin(4)
+        w.start_block(bf)
+        if m.role == Role.USER:
+            w.insert("You", f.header)
+        else:
+            tip = settings_tip(m) if (m.settings or m.target) else ""
+            w.insert(pair_label(m) or "Draftlight", _with_tip(f.header, tip))
+            words = settings_label(m.settings, drafted=m.drafter not in ("", "none"))
+            if words:
+                w.insert("  ·  " + words, _with_tip(f.small, tip))
+        if m.variants > 1:
+            self._write_alternatives(w, m)
+        if m.role == Role.USER:
+            when = time_label(m.created)
+            if when:
+                w.insert("  ·  " + when, f.small)
+            if self.options.actions:
+                self._write_links(w, m, (("Copy", "copy"), ("Edit", MessageAction.EDIT),
+                                         ("Delete", MessageAction.DELETE)))
+
+    def _write_alternatives(self, w: ReplyWriter, m: Message) -> None:
+        f = w.formats
+        w.insert("   ", f.small)
+        prev_ok, next_ok = m.variant > 1, m.variant < m.variants
+        if self.options.actions and prev_ok:
+            w.insert("‹", f.link(f"action:{MessageAction.PREVIOUS.value}:{m.id}", "Previous alternative", 1.0))
+        else:
+            w.insert("‹", f.muted)
+        w.insert(f" {m.variant} / {m.variants} ", f.small)
+        if self.options.actions and next_ok:
+            w.insert("›", f.link(f"action:{MessageAction.NEXT.value}:{m.id}", "Next alternative", 1.0))
+        else:
+            w.insert("›", f.muted)
+
+    def _write_links(self, w: ReplyWriter, m: Message, links) -> None:
+        f = w.formats
+        w.insert("     ", f.small)
+        for i, (label, name) in enumerate(links):
+            if i:
+                w.insert("  ·  ", f.small)
+            href = f"copy:{m.id}" if name == "copy" else f"action:{MessageAction(name).value}:{m.id}"
+            w.insert(label, f.link(href, _LINK_TIPS.get(name, "")))
+
+    def _write_end(self, w: ReplyWriter, m: Message) -> None:
+        """A reply's note (why it stopped, or what failed) on its own line, then its footer."""
+        if m.role == Role.USER:
+            return
+        f = w.formats
+        note = m.error or (_FINISH_NOTES.get(m.finish_reason, "") if m.finish_reason else "")
+        if note:
+            bf = QTextBlockFormat()
+            bf.setTopMargin(2)
+            w.start_block(bf)
+            w.insert(f"({note})", f.note)
+        bf = QTextBlockFormat()
+        bf.setTopMargin(4)
+        w.start_block(bf)
+        parts = []
+        if m.finish_reason is not None or m.stats is not None:
+            ft = footer(m)
+            if ft.numbers:
+                parts.append((ft.numbers, f.small))
+            if ft.chip:
+                parts.append((f" {ft.chip} ", f.chip(ft.tone, ft.sentence)))
+        when = time_label(m.created)
+        if when:
+            parts.append((when, f.small))
+        for i, (text, fmt) in enumerate(parts):
+            if i:
+                w.insert("  ·  ", f.small)
+            w.insert(text, fmt)
+        if self.options.actions:
+            self._write_links(w, m, (("Copy", "copy"), ("Regenerate", MessageAction.REGENERATE),
+                                     ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT),
+                                     ("Delete", MessageAction.DELETE)))
+
+    # -- streaming ---------------------------------------------------------------------------------------
     def append_message(self, m: Message) -> None:
         """Add a message at the end (the user's, or an empty reply about to stream)."""
         at_end = self._at_bottom()
+        if self._live is not None:  # a reply that never said it finished: settle it first
+            self.finish_rendering()
+            self._live = None
         self.messages.append(m)
-        self._by_id[m.id] = m
+        self._formats = self._current_formats()
         cur = QTextCursor(self.document())
-        cur.movePosition(QTextCursor.MoveOperation.End)
         cur.beginEditBlock()
-        self._write_message(cur, m, first=len(self.messages) == 1)
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        if self._shown or self._pending:
+            cur.insertBlock()
+        self._add(self._write_message(cur, m, live=not m.finished))
         cur.endEditBlock()
         if at_end:
             self._scroll_to_end()
 
     def append_tokens(self, m: Message, tokens: Sequence[TokenEvent]) -> None:
-        """Tokens the reply `m` (the last message) has just gained; one edit block."""
-        if not tokens:
+        """The streaming reply `m` has gained `tokens` (already in m.tokens); it is redrawn shortly."""
+        lv = self._live
+        if not tokens or lv is None or lv.shown.message is not m or self._live_timer.isActive():
             return
-        at_end = self._at_bottom()
-        cur = QTextCursor(self.document())
-        cur.movePosition(QTextCursor.MoveOperation.End)
-        cur.beginEditBlock()
-        self._write_tokens(cur, m, tokens)
-        cur.endEditBlock()
-        if at_end:
-            self._scroll_to_end()
+        self._live_timer.start(int(max(0.0, self._next_live - time.perf_counter()) * 1000))
 
     def finish_reply(self, m: Message) -> None:
-        """The reply `m` (the last message) ended: add its note, render it if asked."""
+        """The reply `m` (the last message) ended: its final text, note and footer."""
+        self._live_timer.stop()
+        lv = self._live
         at_end = self._at_bottom()
         cur = QTextCursor(self.document())
         cur.beginEditBlock()
-        if self.options.rendered and self._reply_start >= 0:
-            cur.setPosition(self._reply_start)
+        if lv is not None and lv.shown.message is m:
+            self._render_live(cur)
+            self._live = None
+            cur.movePosition(QTextCursor.MoveOperation.End)
+            w = self._writer(cur, lv.shown, lv.ends)
+            self._write_end(w, m)
+            w.flush()
+        elif self._shown and self._shown[-1].message.id == m.id:  # drawn before it was live: draw it again
+            old = self._shown.pop()
+            cur.setPosition(old.start)
             cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cur.removeSelectedText()
-            self._write_markdown(cur, m)
-        else:
-            cur.movePosition(QTextCursor.MoveOperation.End)
-        self._write_finish_note(cur, m)
+            self.messages[-1] = m
+            self._add(self._write_message(cur, m, live=False))
         cur.endEditBlock()
         if at_end:
             self._scroll_to_end()
 
-    # -- pieces ------------------------------------------------------------------------
-    def _write_header(self, cur: QTextCursor, m: Message, first: bool) -> None:
-        bf = QTextBlockFormat()
-        bf.setTopMargin(0 if first else 14)
-        bf.setBottomMargin(4)
-        if not first:
-            cur.insertBlock(bf)
-        else:
-            cur.setBlockFormat(bf)
-        hf = QTextCharFormat()
-        hf.setFontWeight(QFont.Weight.Bold)
-        hf.setForeground(QColor(self.options.colours.muted_fg))
-        if m.role == Role.USER:
-            label = "You"
-        else:
-            pair = m.target + (f"  ←  {m.drafter}" if m.drafter and m.drafter != "none" else "")
-            label = f"Draftlight · {pair}" if pair else "Draftlight"
-        cur.insertText(label, hf)
-        cur.insertBlock(QTextBlockFormat(), QTextCharFormat())
-
-    def _write_finish_note(self, cur: QTextCursor, m: Message) -> None:
-        note = m.error or (_FINISH_NOTES.get(m.finish_reason, "") if m.finish_reason else "")
-        if not note:
+    def _render_live(self, cur: QTextCursor | None = None) -> None:
+        lv = self._live
+        if lv is None:
             return
-        nf = QTextCharFormat()
-        nf.setFontItalic(True)
-        nf.setForeground(QColor(self.options.colours.muted_fg))
-        cur.insertText(f"  ({note})", nf)
+        t0 = time.perf_counter()
+        m = lv.shown.message
+        if len(m.tokens) > lv.n_tokens:
+            texts = [t.text for t in m.tokens[lv.n_tokens:]]
+            at = lv.ends[-1] if lv.ends else 0
+            for t in texts:
+                at += len(t)
+                lv.ends.append(at)
+            lv.source += "".join(texts)
+            lv.n_tokens = len(m.tokens)
+        own = cur is None
+        at_end = own and self._at_bottom()
+        if cur is None:
+            cur = QTextCursor(self.document())
+            cur.beginEditBlock()
+        cur.setPosition(lv.shown.start + lv.cut_doc)
+        cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        prov = lv.shown.prov
+        prov.truncate(lv.cut_runs)
+        w = self._writer(cur, lv.shown, lv.ends)
+        w.fresh = lv.cut_fresh
+        w.skip_rejections_before(next((i for i in reversed(prov.index) if i >= 0), -1) + 1)
+        self._render_tail(lv, w)
+        w.flush()
+        if own:
+            cur.endEditBlock()
+            if at_end:
+                self._scroll_to_end()
+        self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
 
-    def _token_format(self, m: Message, mark: Mark, index: int, round_: int, code: bool) -> QTextCharFormat:
-        fmt = mark_format(mark, self.options.colours, self.options.highlight)
-        fmt.setProperty(PROP_MARK, mark.value)
-        fmt.setProperty(PROP_MESSAGE, m.id)
-        fmt.setProperty(PROP_INDEX, index)
-        fmt.setProperty(PROP_ROUND, round_)
-        if code:
-            fmt.setFontFamilies(["monospace"])
-            fmt.setFontFixedPitch(True)
-        return fmt
+    def _render_tail(self, lv: _Live, w: ReplyWriter) -> None:
+        """Renders the live reply from its cut, then moves the cut to the last block that cannot change."""
+        parsed = parse(lv.source, lv.cut, lv.cut_code, lv.skip_lines)
+        marks: list[BlockMark] = []
+        w.write(parsed.blocks, marks.append)
+        w.flush()
+        complete = lv.source.rfind("\n") + 1  # where the last, maybe partial, line starts
+        tops = [t for t in parsed.tops if lv.cut < t < complete]
+        start = lv.shown.start
+        if tops:
+            k = next(i for i, mk in enumerate(marks) if mk.block.top == tops[-1])
+            mk = marks[k]
+            codes = [b.block.code_index for b in marks[:k] if b.block.code_index >= 0]
+            lv.cut, lv.cut_doc, lv.cut_fresh, lv.cut_runs = tops[-1], mk.position - start, mk.fresh, mk.runs
+            lv.cut_code = max(codes) + 1 if codes else lv.cut_code
+            lv.skip_lines = 0
+            marks = marks[k:]
+        # A long open fence: restart from a late line that ended outside strings and comments.
+        lines = [mk for mk in marks if mk.block.kind == Kind.CODE and mk.block.top == lv.cut and not mk.block.lists
+                 and not mk.block.quote and mk.block.restart and not mk.block.last
+                 and mk.block.line >= max(CHECKPOINT_LINES, lv.skip_lines + 1)]
+        if lines and not [t for t in parsed.tops if t > lv.cut]:
+            mk = lines[-1]
+            lv.cut_doc, lv.cut_fresh, lv.cut_runs, lv.skip_lines = mk.position - start, mk.fresh, mk.runs, mk.block.line
 
-    def _code_block(self, cur: QTextCursor) -> None:
-        bf = cur.blockFormat()
-        bf.setBackground(QColor(self.options.colours.code_bg))
-        cur.setBlockFormat(bf)
-
-    def _write_tokens(self, cur: QTextCursor, m: Message, tokens: Sequence[TokenEvent]) -> None:
-        code = self._code
-        for t in tokens:
-            if t.source == TokenSource.CORRECTION and self.options.show_rejected:
-                r = m.rounds.get(t.round)
-                if r is not None and r.rejected_text:
-                    rejected = "".join(r.rejected_text).replace("\n", "⏎")
-                    cur.insertText(rejected, self._token_format(m, Mark.REJECTED, -1, t.round, code.code_line))
-            mark = Mark.of(t.source)
-            for i, part in enumerate(t.text.split("\n")):
-                if i:
-                    code.newline()
-                    cur.insertBlock(QTextBlockFormat())
-                    if code.in_code:
-                        self._code_block(cur)
-                if part:
-                    was_code = code.code_line
-                    code.line += part
-                    if code.code_line and not was_code:
-                        self._code_block(cur)  # this line turned out to open a fence
-                    cur.insertText(part, self._token_format(m, mark, t.index, t.round, code.code_line))
-
-    def _write_markdown(self, cur: QTextCursor, m: Message) -> None:
-        start = cur.position()
-        cur.insertMarkdown(m.text)
-        end = cur.position()
-        block = self.document().findBlock(start)
-        while block.isValid() and block.position() <= end:
-            if block.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence):
-                c = QTextCursor(block)
-                self._code_block(c)
-            block = block.next()
-        cur.setPosition(end)
-
-    # -- reading back ------------------------------------------------------------------
+    # -- reading back --------------------------------------------------------------------------------------
     def token_fragments(self) -> Iterator[TokenFragment]:
-        """Every reply fragment with its mark, in document order (tests and exports read this)."""
-        block = self.document().begin()
-        while block.isValid():
-            it = block.begin()
-            while not it.atEnd():
-                frag = it.fragment()
-                fmt = frag.charFormat()
-                if fmt.hasProperty(PROP_MARK):
-                    yield TokenFragment(frag.text(), Mark(fmt.property(PROP_MARK)), int(fmt.property(PROP_MESSAGE)),
-                                        int(fmt.property(PROP_INDEX)), int(fmt.property(PROP_ROUND)), fmt,
-                                        frag.position())
-                it += 1
-            block = block.next()
+        """Every piece of reply text with its token, in document order (tests and exports read this)."""
+        self.finish_rendering()
+        doc = self.document()
+        sel, at = QTextCursor(doc), QTextCursor(doc)
+        for s in list(self._shown):
+            m, p = s.message, s.prov
+            for k in range(len(p)):
+                a, b = s.start + p.starts[k], s.start + p.ends[k]
+                sel.setPosition(a)
+                sel.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
+                at.setPosition(a + 1)
+                idx = p.index[k]
+                mark = Mark.REJECTED if idx < 0 else Mark.of(m.tokens[idx].source)
+                yield TokenFragment(sel.selectedText(), mark, m.id, idx, p.round[k], at.charFormat(), a)
 
-    def format_at(self, pos: QPointF) -> QTextCharFormat | None:
-        """The character format under a viewport point, or None off the text."""
-        doc_pos = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
-        hit = self.document().documentLayout().hitTest(doc_pos, Qt.HitTestAccuracy.ExactHit)
-        if hit < 0:
-            return None
-        cur = QTextCursor(self.document())
-        cur.setPosition(hit + 1)  # charFormat() is the format of the character before the cursor
-        return cur.charFormat()
+    def message_at(self, position: int) -> Message | None:
+        k = self._shown_index(position)
+        return self._shown[k].message if k >= 0 else None
 
-    def tooltip_for(self, fmt: QTextCharFormat) -> str | None:
-        if not fmt.hasProperty(PROP_MARK):
-            return None
-        m = self._by_id.get(int(fmt.property(PROP_MESSAGE)))
-        if m is None:
-            return None
-        mark = Mark(fmt.property(PROP_MARK))
-        index, round_ = int(fmt.property(PROP_INDEX)), int(fmt.property(PROP_ROUND))
-        r = m.rounds.get(round_)
-        lines = [f"<b>{LABELS[mark]}</b> · round {round_}", f"<i>{html.escape(EXPLANATIONS[mark])}</i>"]
-        if 0 <= index < len(m.tokens):
-            t = m.tokens[index]
-            lines.append(f"token {_quote(t.text)} (id {t.token_id}), position {t.index + 1} in the reply")
-            probs = [f"target p = {t.p:.3f}" if t.p is not None else "target p = –"]
-            probs.append(f"drafter q = {t.q:.3f}" if t.q is not None else "drafter q = – (not drafted)")
-            lines.append(" · ".join(probs))
-            if t.margin is not None:
-                near = " (a near tie)" if t.margin < 0.25 else ""
-                lines.append(f"the target's runner-up was {t.margin:.2f} logits behind{near}")
-        if r is not None:
-            if r.drafted_text:
-                parts = []
-                for i, text in enumerate(r.drafted_text):
-                    q = _quote(text)
-                    parts.append(f"✓{q}" if i < r.accepted else f"<s>✗{q}</s>")
-                lines.append(f"round {round_} draft ({r.drafter}, k={r.k}): " + " ".join(parts))
-                lines.append(f"kept {r.accepted} of {len(r.drafted_text)} · emitted {r.emitted}")
+    def message_start(self, message_id: int) -> int | None:
+        """Document position of a shown message's header."""
+        s = self._by_id.get(message_id)
+        return s.start if s is not None else None
+
+    def _shown_index(self, position: int) -> int:
+        lo, hi = 0, len(self._shown)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._shown[mid].start <= position:
+                lo = mid + 1
             else:
-                lines.append(f"round {round_}: no draft (plain decoding)")
-            lines.append(f"drafting {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
-        return "<br>".join(lines)
+                hi = mid
+        return lo - 1
+
+    def fragment_at(self, position: int) -> TokenFragment | None:
+        """The token piece holding the character at a document position, or None."""
+        k = self._shown_index(position)
+        if k < 0:
+            return None
+        s = self._shown[k]
+        run = s.prov.find(position - s.start)
+        if run < 0:
+            return None
+        p, m = s.prov, s.message
+        a, b = s.start + p.starts[run], s.start + p.ends[run]
+        cur = QTextCursor(self.document())
+        cur.setPosition(a + 1)
+        fmt = cur.charFormat()
+        cur.setPosition(a)
+        cur.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
+        idx = p.index[run]
+        mark = Mark.REJECTED if idx < 0 else Mark.of(m.tokens[idx].source)
+        return TokenFragment(cur.selectedText(), mark, m.id, idx, p.round[run], fmt, a)
+
+    def story_at(self, position: int) -> str | None:
+        """The token story (HTML) of the character at a document position, or None off reply tokens."""
+        frag = self.fragment_at(position)
+        return self.tooltip_for(frag) if frag is not None else None
+
+    def tooltip_for(self, frag: TokenFragment) -> str | None:
+        """What a token is and how it came to be, in HTML (the tooltip and the details panel show it)."""
+        s = self._by_id.get(frag.message_id)
+        if s is None:
+            return None
+        return token_story(s.message, frag.mark, frag.index, frag.round)
+
+    def _doc_position(self, pos: QPointF) -> int:
+        doc_pos = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
+        return self.document().documentLayout().hitTest(doc_pos, Qt.HitTestAccuracy.ExactHit)
 
     def viewportEvent(self, e: QEvent) -> bool:
         if e.type() == QEvent.Type.ToolTip:
-            fmt = self.format_at(QPointF(e.pos()))
-            tip = self.tooltip_for(fmt) if fmt is not None else None
+            hit = self._doc_position(QPointF(e.pos()))
+            tip = self.story_at(hit) if hit >= 0 else None
             if tip:
                 QToolTip.showText(e.globalPos(), tip, self)
-            else:
-                QToolTip.hideText()
-                e.ignore()
-            return True
+                return True
         return super().viewportEvent(e)
 
-    # -- scrolling -----------------------------------------------------------------------
+    # -- links ---------------------------------------------------------------------------------------------
+    def _on_anchor(self, url: QUrl) -> None:
+        scheme, path = url.scheme(), url.path()
+        if scheme == "action":
+            name, _, mid = path.rpartition(":")
+            if name in MessageAction.__members__.values() and mid.lstrip("-").isdigit():
+                self.action_requested.emit(name, int(mid))
+        elif scheme == "copy":
+            self.copy_message(int(path))
+        elif scheme == "copy-code":
+            mid, _, n = path.partition(":")
+            self.copy_code(int(mid), int(n))
+        elif scheme in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+    def copy_message(self, message_id: int) -> None:
+        """The message's own text: no rejected drafts, no notes, no ⏎ glyphs."""
+        s = self._by_id.get(message_id)
+        if s is not None:
+            QGuiApplication.clipboard().setText(s.message.text)
+            self.copied.emit("message")
+
+    def copy_code(self, message_id: int, index: int) -> None:
+        """The source text of a message's index-th code block."""
+        s = self._by_id.get(message_id)
+        if s is None:
+            return
+        codes = code_sources(message_source(s.message)[0])
+        if 0 <= index < len(codes):
+            QGuiApplication.clipboard().setText(codes[index])
+            self.copied.emit("code")
+
+    # -- keyboard ----------------------------------------------------------------------------------------------
+    def keyPressEvent(self, e: QKeyEvent) -> None:
+        if e.modifiers() == Qt.KeyboardModifier.ControlModifier and e.key() in (Qt.Key.Key_Up, Qt.Key.Key_Down):
+            self.go_to_message(-1 if e.key() == Qt.Key.Key_Up else 1)
+            return
+        super().keyPressEvent(e)
+
+    def go_to_message(self, step: int) -> Message | None:
+        """Moves the text cursor to the previous (-1) or next (+1) message's header and scrolls it to the top."""
+        pos = self.textCursor().position()
+        k = self._shown_index(pos)
+        if step < 0:
+            target = k if k >= 0 and pos > self._shown[k].start else k - 1
+            if target < 0 and self._pending:
+                self.finish_rendering()
+                k = self._shown_index(self.textCursor().position())
+                target = k - 1
+        else:
+            target = k + 1
+        if not 0 <= target < len(self._shown):
+            return None
+        s = self._shown[target]
+        self._scroll_to_position(s.start)
+        return s.message
+
+    def _scroll_to_position(self, position: int) -> None:
+        cur = QTextCursor(self.document())
+        cur.setPosition(position)
+        self.setTextCursor(cur)
+        self.ensureCursorVisible()
+        sb = self.verticalScrollBar()
+        sb.setValue(sb.value() + self.cursorRect(cur).top() - 6)
+
+    # -- scrolling -----------------------------------------------------------------------------------------------
     def _at_bottom(self) -> bool:
         sb = self.verticalScrollBar()
         return sb.value() >= sb.maximum() - 8
@@ -337,6 +652,76 @@ class ChatView(QTextBrowser):
     def _scroll_to_end(self) -> None:
         sb = self.verticalScrollBar()
         sb.setValue(sb.maximum())
+
+    def _top_position(self) -> tuple[int, int]:
+        c = self.cursorForPosition(QPoint(4, 4))
+        return c.position(), self.cursorRect(c).top()
+
+    def _top_message(self) -> tuple[int, int] | None:
+        """(message id, viewport y of its header) of the message at the top of the view."""
+        pos, _y = self._top_position()
+        k = self._shown_index(pos)
+        if k < 0:
+            return None
+        s = self._shown[k]
+        c = QTextCursor(self.document())
+        c.setPosition(s.start)
+        return s.message.id, self.cursorRect(c).top()
+
+    def _scroll_to_message(self, message_id: int, y: int) -> None:
+        while message_id not in self._by_id and self._pending:
+            self._render_pending()
+        s = self._by_id.get(message_id)
+        if s is None:
+            return
+        c = QTextCursor(self.document())
+        c.setPosition(s.start)
+        sb = self.verticalScrollBar()
+        sb.setValue(sb.value() + self.cursorRect(c).top() - y)
+
+
+_LINK_TIPS = {
+    "copy": "Copy this message's text",
+    MessageAction.REGENERATE: "A new reply with the settings this one was made with (kept as an alternative)",
+    MessageAction.REGENERATE_CURRENT: "A new reply with the pair, k and sampling chosen now (kept as an alternative)",
+    MessageAction.EDIT: "Change this message and send it again (the old one is kept as an alternative)",
+    MessageAction.DELETE: "Delete this message",
+}
+
+
+def _with_tip(fmt: QTextCharFormat, tip: str) -> QTextCharFormat:
+    if not tip:
+        return fmt
+    f = QTextCharFormat(fmt)
+    f.setToolTip(tip)
+    return f
+
+
+def token_story(m: Message, mark: Mark, index: int, round_: int) -> str:
+    """A token's story in HTML: its kind, probabilities, and its round's draft."""
+    r = m.rounds.get(round_)
+    lines = [f"<b>{LABELS[mark]}</b> · round {round_}", f"<i>{html.escape(EXPLANATIONS[mark])}</i>"]
+    if 0 <= index < len(m.tokens):
+        t = m.tokens[index]
+        lines.append(f"token {_quote(t.text)} (id {t.token_id}), position {t.index + 1} in the reply")
+        probs = [f"target p = {t.p:.3f}" if t.p is not None else "target p = –"]
+        probs.append(f"drafter q = {t.q:.3f}" if t.q is not None else "drafter q = – (not drafted)")
+        lines.append(" · ".join(probs))
+        if t.margin is not None:
+            near = " (a near tie)" if t.margin < 0.25 else ""
+            lines.append(f"the target's runner-up was {t.margin:.2f} logits behind{near}")
+    if r is not None:
+        if r.drafted_text:
+            parts = []
+            for i, text in enumerate(r.drafted_text):
+                q = _quote(text)
+                parts.append(f"✓{q}" if i < r.accepted else f"<s>✗{q}</s>")
+            lines.append(f"round {round_} draft ({r.drafter}, k={r.k}): " + " ".join(parts))
+            lines.append(f"kept {r.accepted} of {len(r.drafted_text)} · emitted {r.emitted}")
+        else:
+            lines.append(f"round {round_}: no draft (plain decoding)")
+        lines.append(f"drafting {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
+    return "<br>".join(lines)
 
 
 def _quote(text: str) -> str:

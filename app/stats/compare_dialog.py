@@ -101,9 +101,9 @@ class CompareDialog(QDialog):
         self.right_title = QLabel(f"<b>Plain decoding</b> ({html.escape(target)} alone) (waiting…)")
         s = controller.settings
         self.left = ChatView()
-        self.left.set_options(ViewOptions(colours_for(s.theme), s.highlight, s.show_rejected, rendered=False))
+        self.left.set_options(ViewOptions(colours_for(s.theme), s.highlight, s.show_rejected, actions=False))
         self.right = ChatView()
-        self.right.set_options(ViewOptions(colours_for(s.theme), s.highlight, False, rendered=False))
+        self.right.set_options(ViewOptions(colours_for(s.theme), s.highlight, False, actions=False))
         self.left.setAccessibleName("Speculative reply")
         self.right.setAccessibleName("Plain decoding reply")
         self.spec_reply = Message(-1, Role.ASSISTANT, "", target, drafter)
