@@ -240,6 +240,10 @@ def test_every_control_of_the_window_and_sampling_has_an_accessible_name(qtbot, 
     assert unnamed_controls(popover) == []
     assert popover.min_p.accessibleName() == "Min-p"
     popover.hide()
+    w.chat_pane.act_find.trigger()  # the chat's find bar and token details panel
+    w.chat_pane.act_details.setChecked(True)
+    assert w.chat_pane.find_bar.isVisible() and w.chat_pane.details.isVisible()
+    assert unnamed_controls(w) == []
     w.first_run.show()  # what a first start shows instead of the chat
     assert unnamed_controls(w) == []
     w.first_run.hide()
@@ -407,3 +411,41 @@ def test_the_stats_panel_shows_all_its_text_at_the_default_size(qtbot, tiny, iso
         assert needed.width() <= label.contentsRect().width(), (label.objectName(), label.text())
         assert needed.height() <= label.contentsRect().height() + 1, (label.objectName(), label.text())
         assert label.geometry().right() <= w.stats.contentsRect().right()
+
+
+def test_the_chat_view_draws_each_mark_as_rendered_above(qtbot, tiny, isolated_home):
+    """The real view, grabbed and turned grey: accepted text sits on its shading, clearly apart
+    from the page, and no other kind does; in both themes."""
+    install_tiny(tiny, isolated_home)
+    w = open_window(qtbot)
+    send(qtbot, w)
+    for theme_, colours in ((Theme.LIGHT, LIGHT_COLOURS), (Theme.DARK, DARK_COLOURS)):
+        w.controller.update_settings(theme=theme_)
+        view = w.chat
+        shot = view.viewport().grab().toImage().convertToFormat(QImage.Format.Format_Grayscale8)
+        dpr = shot.devicePixelRatio()
+        probe = QImage(1, 1, QImage.Format.Format_RGB32)
+        probe.fill(QColor(colours.accepted_bg))
+        shade = grey_at(probe.convertToFormat(QImage.Format.Format_Grayscale8), 0, 0)
+        seen: dict[Mark, list[int]] = {}
+        for f in view.token_fragments():
+            if len(f.text.strip()) < 2:
+                continue
+            cur = QTextCursor(view.document())
+            cur.setPosition(f.position)
+            start = view.cursorRect(cur)
+            cur.setPosition(f.position + len(f.text))
+            end = view.cursorRect(cur)
+            if end.top() != start.top() or end.left() - start.left() < 6 or start.bottom() >= shot.height() / dpr:
+                continue  # wrapped across lines, too short, or scrolled out of the grab
+            counts: dict[int, int] = {}
+            for x in range(int((start.left() + 2) * dpr), int((end.left() - 1) * dpr)):
+                for y in range(int((start.top() + 1) * dpr), int((start.bottom() - 1) * dpr)):
+                    g = grey_at(shot, x, y)
+                    counts[g] = counts.get(g, 0) + 1
+            seen.setdefault(f.mark, []).append(max(counts, key=counts.get))
+        assert seen.get(Mark.ACCEPTED) and seen.get(Mark.CORRECTION), seen.keys()
+        assert all(abs(g - shade) <= 3 for g in seen[Mark.ACCEPTED]), (theme_, shade, seen[Mark.ACCEPTED])
+        for mark, greys in seen.items():
+            if mark != Mark.ACCEPTED:
+                assert all(abs(g - shade) >= 25 for g in greys), (theme_, mark, shade, greys)
