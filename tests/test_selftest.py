@@ -94,3 +94,11 @@ def test_installer_files_check_out():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "installer files check out"
+
+
+def test_the_flavour_check_reads_this_build():
+    """installers/check_flavour.py, which every build script runs before PyInstaller, on this llama.cpp."""
+    proc = subprocess.run([sys.executable, str(ROOT / "installers" / "check_flavour.py"), "native"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("==> llama.cpp backends [") and "'CPU'" in proc.stdout.splitlines()[0]
