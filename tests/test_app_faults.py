@@ -46,6 +46,21 @@ def set_aside_files() -> list[Path]:
     return [p for p in database_path().parent.iterdir() if ".damaged" in p.name]
 
 
+def damage_tables(path: Path, names: tuple[str, ...]) -> None:
+    """Flip every byte of the named tables' root pages, as a failing disk would."""
+    probe = sqlite3.connect(path)
+    page = probe.execute("PRAGMA page_size").fetchone()[0]
+    marks = ",".join("?" * len(names))
+    roots = [r for (r,) in probe.execute(f"SELECT rootpage FROM sqlite_master WHERE name IN ({marks})", names)]
+    probe.close()
+    data = bytearray(path.read_bytes())
+    for root in roots:
+        for i in range((root - 1) * page, root * page):
+            data[i] ^= 0x5A
+    with open(path, "r+b") as fh:
+        fh.write(data)
+
+
 def titles(store: ChatStore) -> set[str]:
     return {c.title for c in store.conversations()}
 
@@ -194,16 +209,7 @@ def test_damage_found_after_start_up_becomes_a_message_not_a_traceback(qtbot, ti
     # The disk damages the pages of the chat list and the messages under the running app; another
     # writer's commit makes the app read the file again instead of its cache.
     path = database_path()
-    probe = sqlite3.connect(path)
-    page = probe.execute("PRAGMA page_size").fetchone()[0]
-    roots = [r for (r,) in probe.execute("SELECT rootpage FROM sqlite_master WHERE name IN ('conversations', 'messages')")]
-    probe.close()
-    data = bytearray(path.read_bytes())
-    for root in roots:
-        for i in range((root - 1) * page, root * page):
-            data[i] ^= 0x5A
-    with open(path, "r+b") as fh:
-        fh.write(data)
+    damage_tables(path, ("conversations", "messages"))
     writer = sqlite3.connect(path, isolation_level=None)
     writer.execute("INSERT OR REPLACE INTO meta VALUES ('touched', '1')")
     writer.close()
@@ -236,4 +242,24 @@ def test_only_a_file_sqlite_calls_damaged_is_set_aside():
     assert store.conversations() == []
     kept = set_aside_files()
     assert len(kept) == 1 and kept[0].read_bytes() == bytes(data)
+    store.close()
+
+
+def test_the_full_check_runs_after_a_window_that_did_not_close_and_not_after_one_that_did():
+    """quick_check reads every page (a row per token): a start after a clean close skips it."""
+    make_history()
+    path = database_path()
+    damage_tables(path, ("tokens",))  # nothing a start reads: only the full check can see it
+    store = ChatStore()
+    assert store.mode == StoreMode.WRITABLE and store.notice is None
+    assert titles(store) == {"first chat", "second chat"}
+    store.close()
+    # A window that opened the file and never closed it (killed, crashed) leaves the flag at 0.
+    writer = sqlite3.connect(path, isolation_level=None)
+    assert writer.execute("SELECT value FROM meta WHERE key='closed_cleanly'").fetchone() == ("1",)
+    writer.execute("UPDATE meta SET value='0' WHERE key='closed_cleanly'")
+    writer.close()
+    store = ChatStore()
+    assert "damaged" in (store.notice or "") and len(set_aside_files()) == 1
+    assert store.mode == StoreMode.WRITABLE and titles(store) == set()
     store.close()

@@ -201,6 +201,36 @@ def _schema_version(db: sqlite3.Connection) -> int | None:
         raise _Foreign(f"its schema version is {row[0]!r}") from None
 
 
+_CLEAN_KEY = "closed_cleanly"
+
+
+def _closed_cleanly(db: sqlite3.Connection) -> bool:
+    """Whether the last window to use the file closed it ('1' written on close, '0' on open).
+
+    `PRAGMA quick_check` reads every page: on a long history (a row per token) that is a pause
+    at every start on the GUI thread. It runs after a crash or a kill, or when another version
+    (which does not write the flag) used the file last. A file damaged later, while closed, is
+    still found: SQLite reports a malformed page when it is read, and the store handles that
+    as damage found while running."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key=?", (_CLEAN_KEY,)).fetchone()
+    except sqlite3.OperationalError as exc:
+        if is_corruption(exc):
+            raise
+        return False  # no meta table yet: a new or foreign file
+    return row is not None and row[0] == "1"
+
+
+def _mark_open(db: sqlite3.Connection) -> None:
+    try:
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (_CLEAN_KEY,))
+    except sqlite3.OperationalError as exc:
+        if is_corruption(exc):
+            raise
+        # Another process holds the write lock: the flag stays as that window leaves it, and the
+        # store opens as it did without one (its writes wait for the lock like any other).
+
+
 def _check_columns(db: sqlite3.Connection) -> None:
     for table, columns in _COLUMNS.items():
         try:
@@ -220,6 +250,7 @@ class ChatStore:
         self.notice: str | None = None
         """Set when the history was not opened normally: what happened and what to do."""
         self._refusal = ""
+        self._damage_seen = False  # then the next start must check the file: close() leaves the flag at '0'
         self.db = self._open_any()
 
     # -- opening -----------------------------------------------------------------------
@@ -260,9 +291,10 @@ class ChatStore:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_S, check_same_thread=True)
         try:
             db.execute("PRAGMA foreign_keys=ON")
-            ok = db.execute("PRAGMA quick_check").fetchone()
-            if not ok or ok[0] != "ok":
-                raise _Damaged(f"integrity check: {ok[0] if ok else 'no answer'}")
+            if not _closed_cleanly(db):
+                ok = db.execute("PRAGMA quick_check").fetchone()
+                if not ok or ok[0] != "ok":
+                    raise _Damaged(f"integrity check: {ok[0] if ok else 'no answer'}")
             version = _schema_version(db)
             if version is not None and version > SCHEMA_VERSION:
                 raise _NewerSchema(version)  # before anything is written, the journal mode included
@@ -271,6 +303,7 @@ class ChatStore:
             if version != SCHEMA_VERSION:
                 self._create_or_upgrade(db)
             _check_columns(db)
+            _mark_open(db)
         except BaseException:
             db.close()
             raise
@@ -341,6 +374,11 @@ class ChatStore:
         return moved
 
     def close(self) -> None:
+        if self.mode == StoreMode.WRITABLE and not self._damage_seen:
+            try:  # the next start may skip the full check (see _closed_cleanly)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, '1')", (_CLEAN_KEY,))
+            except sqlite3.Error:
+                pass  # locked, full or damaged: the next start checks the file, which is all this costs
         self.db.close()
 
     @property
@@ -359,6 +397,7 @@ class ChatStore:
                 ids.append(self.db.execute(sql, args).lastrowid)
             self.db.execute("COMMIT")
         except sqlite3.Error as exc:
+            self._damage_seen = self._damage_seen or is_corruption(exc)
             try:
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
@@ -371,6 +410,7 @@ class ChatStore:
         try:
             return self.db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
+            self._damage_seen = self._damage_seen or is_corruption(exc)
             hint = " Restart Draftlight to check the file." if is_corruption(exc) else ""
             raise StoreError(f"could not read the conversation history: {reason(exc)}.{hint}") from None
 
