@@ -11,7 +11,7 @@ document, rather than a character format per token, so formats stay few and shar
 markdown_spans parses (markdown-it-py, Pygments); reply_document writes with shared formats. A
 streaming reply is re-rendered only from the start of its last top-level block (in a long open code
 fence, from a line where lexing can restart), at most every few tens of milliseconds. Opening a long
-chat renders the last messages at once and the older ones above them in slices of ~20 ms, so the
+chat renders the last messages at once and the older ones above them in slices of ~10-30 ms, so the
 event loop never waits long; parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
@@ -40,10 +40,10 @@ _FINISH_NOTES = {
     FinishReason.LENGTH: "stopped at the max tokens limit; raise it under Sampling",
     FinishReason.CONTEXT_FULL: "the context is full",
 }
-TAIL_CHARS = 6000
+TAIL_CHARS = 3000
 """Opening a chat renders at once the last messages up to about this much text; older ones follow."""
-SLICE_S = 0.02
-"""Time spent per slice of rendering older messages before the event loop gets a turn."""
+SLICE_S = 0.012
+"""Time spent per slice of rendering older messages before the event loop gets a turn (plus one step)."""
 MIN_GAP_S = 0.04
 """Least time between two re-renders of a streaming reply (also at least 4x the last one's cost)."""
 CHECKPOINT_LINES = 40
@@ -135,8 +135,6 @@ class ChatView(QTextBrowser):
     """(MessageAction value, message id): a message's action link was used."""
     copied = Signal(str)
     """Text was put on the clipboard: 'message' or 'code'."""
-    rendered = Signal()
-    """Every message is in the document (older messages render after the newest ones)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -167,14 +165,15 @@ class ChatView(QTextBrowser):
     def set_options(self, options: ViewOptions) -> None:
         if options != self.options:
             self.options = options
-            anchor = None if self._at_bottom() else self._top_message()
             self.show_messages(self.messages)
-            if anchor is not None:
-                self._scroll_to_message(*anchor)
 
     def show_messages(self, messages: Sequence[Message]) -> None:
-        """Draw a conversation (opening a chat, or after a view option changed): the newest messages now,
-        older ones above them over the next event-loop turns."""
+        """Draw a conversation: the newest messages now, older ones above them over the next event-loop turns.
+
+        Drawing the same chat again (a view option, an alternative, a deletion) keeps the message at the top
+        of the view where it was, unless the view was at the bottom."""
+        same_chat = bool(messages and self.messages and messages[0].id == self.messages[0].id)
+        anchor = self._top_message() if same_chat and not self._at_bottom() else None
         self._live_timer.stop()
         self._pending_timer.stop()
         self._live = None
@@ -201,10 +200,10 @@ class ChatView(QTextBrowser):
         cur.movePosition(QTextCursor.MoveOperation.End)
         self.setTextCursor(cur)
         self._scroll_to_end()
+        if anchor is not None:
+            self._scroll_to_message(*anchor)
         if self._pending:
             self._pending_timer.start()
-        else:
-            self.rendered.emit()
 
     @property
     def complete(self) -> bool:
@@ -227,28 +226,34 @@ class ChatView(QTextBrowser):
         self._by_id[shown.message.id] = shown
 
     def _render_pending(self, budget: float = SLICE_S) -> None:
+        """One slice: parse the next older message, or put a parsed one above the others, until `budget` is
+        spent (each step is one message: parsing and Qt's layout of a long reply are the big costs)."""
         if not self._pending:
             return
         at_bottom = self._at_bottom()
         anchor = None if at_bottom else self._top_position()
         doc = self.document()
         cur = QTextCursor(doc)
-        cur.beginEditBlock()
         t0, moved = time.perf_counter(), 0
         while self._pending and time.perf_counter() - t0 < budget:
-            m = self._pending.pop()
+            m = self._pending[-1]
+            if m.role == Role.ASSISTANT and m.id not in self._blocks:
+                self._blocks_of(m, message_source(m)[0])  # parsed in this step, written in the next
+                continue
+            self._pending.pop()
             before = doc.characterCount()
+            cur.beginEditBlock()
             first = doc.firstBlock()
             cur.setPosition(0)
             cur.insertBlock(first.blockFormat(), first.charFormat())
             cur.setPosition(0)
             shown = self._write_message(cur, m, live=False)
+            cur.endEditBlock()  # Qt lays the new text out here
             delta = doc.characterCount() - before
             for s in self._shown:
                 s.start += delta
             self._add(shown, front=True)
             moved += delta
-        cur.endEditBlock()
         if at_bottom:
             self._scroll_to_end()
         elif anchor is not None:
@@ -259,8 +264,6 @@ class ChatView(QTextBrowser):
             sb.setValue(sb.value() + self.cursorRect(c).top() - y)
         if self._pending:
             self._pending_timer.start()
-        else:
-            self.rendered.emit()
 
     # -- one message ---------------------------------------------------------------------------------
     def _current_formats(self) -> Formats:
@@ -294,6 +297,7 @@ class ChatView(QTextBrowser):
             self._render_tail(lv, w)
         else:
             w.write(self._blocks_of(m, source))
+            w.end_rejections()
         w.flush()
         if m.finished or not live:
             self._write_end(w, m)
@@ -421,10 +425,12 @@ class ChatView(QTextBrowser):
         cur = QTextCursor(self.document())
         cur.beginEditBlock()
         if lv is not None and lv.shown.message is m:
-            self._render_live(cur)
+            w = self._render_live(cur)  # its writer: it knows whether the cursor stands in an empty block
             self._live = None
-            cur.movePosition(QTextCursor.MoveOperation.End)
-            w = self._writer(cur, lv.shown, lv.ends)
+            if w is None:
+                cur.movePosition(QTextCursor.MoveOperation.End)
+                w = self._writer(cur, lv.shown, lv.ends)
+            w.end_rejections()
             self._write_end(w, m)
             w.flush()
         elif self._shown and self._shown[-1].message.id == m.id:  # drawn before it was live: draw it again
@@ -438,10 +444,10 @@ class ChatView(QTextBrowser):
         if at_end:
             self._scroll_to_end()
 
-    def _render_live(self, cur: QTextCursor | None = None) -> None:
+    def _render_live(self, cur: QTextCursor | None = None) -> ReplyWriter | None:
         lv = self._live
         if lv is None:
-            return
+            return None
         t0 = time.perf_counter()
         m = lv.shown.message
         if len(m.tokens) > lv.n_tokens:
@@ -472,6 +478,7 @@ class ChatView(QTextBrowser):
             if at_end:
                 self._scroll_to_end()
         self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
+        return w
 
     def _render_tail(self, lv: _Live, w: ReplyWriter) -> None:
         """Renders the live reply from its cut, then moves the cut to the last block that cannot change."""

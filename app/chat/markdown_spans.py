@@ -16,7 +16,6 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntFlag
 from functools import lru_cache
-from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
 from pygments.lexers import get_lexer_by_name
@@ -55,20 +54,22 @@ class Kind(Enum):
     RULE = "rule"
 
 
-class Span(NamedTuple):
-    """Shown text and where it comes from (a tuple: a long reply makes ~100k of them, and a frozen
-    dataclass costs several times more to build)."""
+Span = tuple[str, int, int, str, str | None]
+"""Shown text and where it comes from: (text, source, style, href, kind).
 
-    text: str
-    """Characters to show; LINE_BREAK for a break inside a paragraph."""
-    source: int
-    """Source offset of text[0]."""
-    style: Style = Style.NONE
-    """Inline styling."""
-    href: str = ""
-    """Link target (Style.LINK)."""
-    kind: Any = None
-    """Pygments token type of code-block text (None elsewhere)."""
+- text: characters to show; LINE_BREAK for a break inside a paragraph;
+- source: source offset of text[0];
+- style: Style flags as an int;
+- href: link target (Style.LINK), else '';
+- kind: Pygments token type name of code-block text ('Token.Keyword'), else None.
+
+A plain tuple of strings and ints, built by `_span`: a long chat holds ~100k of them, a dataclass or
+NamedTuple costs more to build, and Python's garbage collector stops tracking exact tuples of atoms, so
+they add nothing to the pauses of its full collections."""
+
+
+def _span(text: str, source: int, style: int = 0, href: str = "", kind: str | None = None) -> Span:
+    return (text, source, style, href, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +291,7 @@ class _Walker:
 
         spans: list[Span] = []
         add = spans.append
-        style = Style.NONE
+        style = 0
         href = ""
         hrefs: list[str] = []
         flat = content.replace("\n", " ")  # code spans show line endings as spaces
@@ -304,13 +305,13 @@ class _Walker:
                 i = content.find(s, c)
                 if i < 0:
                     i = c
-                add(Span(s, src(i), style, href))
+                add(_span(s, src(i), style, href))
                 c = i + len(s)
             elif ty == "text_special":
                 i = content.find(ch.markup, c)
                 if i < 0:
                     i = c
-                add(Span(ch.content, src(i + 1 if ch.info == "escape" else i), style, href))
+                add(_span(ch.content, src(i + 1 if ch.info == "escape" else i), style, href))
                 c = i + len(ch.markup)
             elif ty == "code_inline":
                 c = _skip(content, c, ch.markup)
@@ -320,13 +321,13 @@ class _Walker:
                     i = c
                 for at, piece in _split_keep(content[i:i + len(s)], s):
                     if piece:
-                        add(Span(piece, src(i + at), style | Style.CODE, href))
+                        add(_span(piece, src(i + at), style | _CODE, href))
                 c = _skip(content, i + len(s), ch.markup)
             elif ty in ("softbreak", "hardbreak"):
                 i = content.find("\n", c)
                 if i < 0:
                     i = c
-                add(Span(LINE_BREAK, src(i), style, href))
+                add(_span(LINE_BREAK, src(i), style, href))
                 c = i + 1
             elif ty in ("strong_open", "em_open", "s_open"):
                 style |= _STYLE_OF[ty]
@@ -337,18 +338,18 @@ class _Walker:
             elif ty == "link_open":
                 hrefs.append(href)
                 href = ch.attrGet("href") or ""
-                style |= Style.LINK
+                style |= _LINK
                 c = _skip(content, c, "<" if ch.markup == "autolink" else "[")
             elif ty == "link_close":
                 href = hrefs.pop() if hrefs else ""
                 if not href:  # links do not nest, but a stray close must not leave the style on
-                    style &= ~Style.LINK
+                    style &= ~_LINK
                 c = _skip(content, c, ">") if ch.markup == "autolink" else _skip_link_tail(content, c)
             elif ty == "image":
                 alt = ch.content
                 i = content.find(alt, c) if alt else -1
                 if alt and i >= 0:
-                    add(Span(alt, src(i), style | Style.ITALIC, href))
+                    add(_span(alt, src(i), style | _ITALIC, href))
                     c = _skip_link_tail(content, i + len(alt))
         return spans
 
@@ -379,7 +380,7 @@ class _Walker:
             spans = []
             col = 0
             for kind, value in parts:
-                spans.append(Span(value, base + col, Style.NONE, "", kind))
+                spans.append(_span(value, base + col, 0, "", kind))
                 col += len(value)
             self.emit(Block(Kind.CODE, top, tuple(spans), language=language, code_index=index, line=j, last=j == last,
                             restart=restart, lists=lists, quote=quote))
@@ -390,15 +391,16 @@ class _Walker:
         spans = []
         for j, line in enumerate(content.split("\n")):
             if j:
-                spans.append(Span(LINE_BREAK, bases[j] - 1))
+                spans.append(_span(LINE_BREAK, bases[j] - 1))
             if line:
-                spans.append(Span(line, bases[j]))
+                spans.append(_span(line, bases[j]))
         self.emit(Block(Kind.TEXT, self.top, tuple(spans), lists=tuple(self.lists), item=self._take_item(),
                         quote=self.quote))
 
 
-_STYLE_OF = {"strong_open": Style.BOLD, "strong_close": Style.BOLD, "em_open": Style.ITALIC, "em_close": Style.ITALIC,
-             "s_open": Style.STRIKE, "s_close": Style.STRIKE}
+_CODE, _LINK, _ITALIC = int(Style.CODE), int(Style.LINK), int(Style.ITALIC)
+_STYLE_OF = {"strong_open": int(Style.BOLD), "strong_close": int(Style.BOLD), "em_open": _ITALIC, "em_close": _ITALIC,
+             "s_open": int(Style.STRIKE), "s_close": int(Style.STRIKE)}
 
 
 def _skip(content: str, c: int, markup: str) -> int:
@@ -451,6 +453,11 @@ def _split_keep(raw: str, shown: str) -> list[tuple[int, str]]:
     return out
 
 
+@lru_cache(maxsize=None)
+def _kind_name(kind) -> str:
+    return str(kind)
+
+
 @lru_cache(maxsize=64)
 def _lexer(language: str):
     if not language:
@@ -461,19 +468,21 @@ def _lexer(language: str):
         return None
 
 
-def _lex(language: str, code: str) -> list[tuple[list[tuple[Any, str]], bool]]:
-    """Per code line: (token type, text) parts, and whether the line before ended outside strings and comments."""
+def _lex(language: str, code: str) -> list[tuple[list[tuple[str | None, str]], bool]]:
+    """Per code line: (token type name, text) parts, and whether the line before ended outside strings and
+    comments."""
     lexer = _lexer(language)
-    lines: list[tuple[list[tuple[Any, str]], bool]] = []
-    parts: list[tuple[Any, str]] = []
+    lines: list[tuple[list[tuple[str | None, str]], bool]] = []
+    parts: list[tuple[str | None, str]] = []
     restart = True
     if lexer is not None:
         total = 0
         for _i, kind, value in lexer.get_tokens_unprocessed(code):
             total += len(value)
+            name = _kind_name(kind)
             if "\n" not in value:
                 if value:
-                    parts.append((kind, value))
+                    parts.append((name, value))
                 continue
             pieces = value.split("\n")
             for k, piece in enumerate(pieces):
@@ -482,7 +491,7 @@ def _lex(language: str, code: str) -> list[tuple[list[tuple[Any, str]], bool]]:
                     parts = []
                     restart = kind in Text
                 if piece:
-                    parts.append((kind, piece))
+                    parts.append((name, piece))
         lines.append((parts, restart))
         if total == len(code):
             return lines

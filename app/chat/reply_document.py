@@ -16,6 +16,7 @@ from PySide6.QtGui import (QColor, QFont, QTextBlockFormat, QTextCharFormat, QTe
                            QTextFrameFormat, QTextLength, QTextListFormat,
                            QTextTableFormat)
 from pygments.styles import get_style_by_name
+from pygments.token import string_to_tokentype
 
 from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 
@@ -96,7 +97,7 @@ class Formats:
         self._marks = {m: mark_format(m, c, look.highlight) for m in Mark}
         style = get_style_by_name(_DARK_CODE_STYLE if is_dark(c) else _LIGHT_CODE_STYLE)
         self._code_style = style
-        self._code_kinds: dict[object, dict] = {}
+        self._code_kinds: dict[str, dict] = {}
         size = look.font.pointSizeF()
         self._size = size if size > 0 else 10.0
         self.plain = QTextCharFormat()
@@ -138,10 +139,10 @@ class Formats:
         f.setToolTip(tip)
         return f
 
-    def rejected(self, block: int, style: Style) -> QTextCharFormat:
+    def rejected(self, block: int, style: int) -> QTextCharFormat:
         return self.get(block, style, None, "", Mark.REJECTED)
 
-    def get(self, block: int, style: Style, kind, href: str, mark: Mark | None) -> QTextCharFormat:
+    def get(self, block: int, style: int, kind: str | None, href: str, mark: Mark | None) -> QTextCharFormat:
         """block: heading level (1-6), 0 for body text, -1 for code, -2 for a table header cell."""
         key = (block, style, kind, href, mark)
         f = self._cache.get(key)
@@ -162,7 +163,7 @@ class Formats:
         if kind is not None:
             d = self._code_kinds.get(kind)
             if d is None:
-                d = self._code_kinds[kind] = self._code_style.style_for_token(kind)
+                d = self._code_kinds[kind] = self._code_style.style_for_token(string_to_tokentype(kind))
             if d["color"]:
                 f.setForeground(QColor("#" + d["color"]))
             if d["bold"]:
@@ -253,6 +254,23 @@ class ReplyWriter:
         while k < len(rj) and rj[k][0] < index:
             k += 1
         self._next_rejection = k
+
+    def end_rejections(self) -> None:
+        """A finished reply: rejections of corrections that showed nothing after the last character shown."""
+        rj = self._rejections
+        if self._next_rejection >= len(rj):
+            return
+        if self.fresh:
+            self.start_block(QTextBlockFormat())
+        fmt = self.formats.rejected(0, 0)
+        for _ix, rnd, rtext in rj[self._next_rejection:]:
+            p = self.pos - self.origin
+            self.insert(rtext, fmt)
+            self.prov.starts.append(p)
+            self.prov.ends.append(self.pos - self.origin)
+            self.prov.index.append(-1)
+            self.prov.round.append(rnd)
+        self._next_rejection = len(rj)
 
     def write(self, blocks: Sequence[Block], on_block: Callable[[BlockMark], None] | None = None) -> None:
         for b in blocks:
