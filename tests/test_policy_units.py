@@ -146,3 +146,182 @@ def test_prune_leaves_model_drafts_alone():
     assert auto.prune(MODEL_KEY, 7) == 7
     assert auto.prune(LOOKUP3, 7) == 0  # nothing measured yet: plain decoding first
     assert auto.request(0) == DraftRequest(0, 0)
+
+
+# -- Auto's decisions, each against a rate worked out in the test ---------------------------------
+class Fixed(Acceptance):
+    """Acceptance held at given values per position (the collaborator, not the thing tested)."""
+
+    def __init__(self, values: list[float]) -> None:
+        super().__init__(k_max=len(values))
+        self.values = values
+
+    def value(self, j: int) -> float:
+        return self.values[j]
+
+
+def priced(verify: dict[int, float], draft: float = 0.0, plain_overhead: float = 0.0) -> CostModel:
+    c = CostModel()
+    for n, v in verify.items():
+        c.add_verify(n, v)
+    if draft:
+        c.draft_per_token.add(draft)
+    c.plain_overhead.add(plain_overhead)
+    return c
+
+
+def rate_by_hand(acc: list[float], k: int, verify: dict[int, float], draft: float) -> float:
+    tokens, run = 1.0, 1.0
+    for a in acc[:k]:
+        run *= a
+        tokens += run
+    return tokens / (verify[k + 1] + draft * k)
+
+
+def test_best_k_is_the_fastest_rate_and_must_beat_plain_by_the_margin():
+    verify = {n: 0.10 + 0.02 * (n - 1) for n in range(1, 10)}
+    acc = [0.9, 0.8, 0.5, 0.2, 0.1, 0.1, 0.1, 0.1]
+    auto = AutoK(priced(verify, draft=0.01), k_max=8)
+    auto.tables[MODEL_KEY] = Fixed(acc)
+    rates = {k: rate_by_hand(acc, k, verify, 0.01) for k in range(0, 9)}
+    want = max(range(1, 9), key=lambda k: rates[k])
+    assert want == 2 and rates[2] > 1.02 * rates[0]
+    assert auto.best_k(MODEL_KEY, 8, with_draft_cost=True) == 2
+    assert auto.rate(MODEL_KEY, 2, True) == pytest.approx(rates[2])
+    assert auto.best_k(MODEL_KEY, 1, with_draft_cost=True) == 1  # the limit is a candidate itself
+    assert auto.request(1) == DraftRequest(1, 1) and auto.request(8).model_k == 2
+    # Without the drafting price (a free drafter) longer drafts pay.
+    free = {k: rate_by_hand(acc, k, verify, 0.0) for k in range(0, 9)}
+    assert auto.best_k(MODEL_KEY, 8, with_draft_cost=False) == max(range(1, 9), key=lambda k: free[k])
+
+
+def test_a_tie_goes_to_the_shorter_draft_and_a_small_win_to_plain():
+    flat = {1: 0.1, 2: 0.1, 3: 0.1}
+    auto = AutoK(priced(flat), k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.9, 0.0])  # a second token never survives: E(1) == E(2), same price
+    assert auto.best_k(MODEL_KEY, 2, with_draft_cost=False) == 1
+    # 1% faster than plain is inside the 2% margin: plain decoding. E(1) = 1.0201 tokens in
+    # 1.0201 / 1.01 of a plain round's time.
+    auto = AutoK(priced({1: 0.1, 2: 0.1 * 1.0201 / 1.01}), k_max=1)
+    auto.tables[MODEL_KEY] = Fixed([0.0201])
+    assert auto.rate(MODEL_KEY, 1, False) == pytest.approx(1.01 * auto.rate(MODEL_KEY, 0, False))
+    assert auto.best_k(MODEL_KEY, 1, with_draft_cost=False) == 0
+
+
+def test_rates_of_seconds_long_rounds_and_unpriced_rounds():
+    slow = {1: 4.0, 2: 4.2, 3: 4.4}  # rates below one token a second still compare
+    auto = AutoK(priced(slow), k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.9, 0.9])
+    assert auto.best_k(MODEL_KEY, 2, with_draft_cost=False) == 2
+    assert AutoK(CostModel()).rate(MODEL_KEY, 2, True) == 0.0  # nothing measured: no rate
+    c = priced({1: 0.1, 3: 0.2}, draft=0.05, plain_overhead=0.01)
+    c.overhead_per_draft_token.add(0.002)
+    auto = AutoK(c)
+    assert auto.round_cost(2, with_draft_cost=True) == pytest.approx(0.2 + 0.01 + 2 * 0.002 + 2 * 0.05)
+    assert auto.round_cost(2, with_draft_cost=False) == pytest.approx(0.2 + 0.01 + 2 * 0.002)
+    assert c.plain_token_cost() == pytest.approx(0.1 + 0.01)  # a plain round pays no per-draft-token overhead
+
+
+def test_even_a_perfect_drafter_that_cannot_win_is_never_probed():
+    # Drafting costs more per token than a plain round: no acceptance can pay for it.
+    c = priced({n: 0.1 for n in range(1, 4)}, draft=0.2)
+    auto = AutoK(c, k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.0, 0.0])
+    for _ in range(1000):  # a long idle stretch: any affordable probe would be due
+        assert auto.request(2).model_k == 0
+        auto.observe(outcome(verify_s=0.1))
+    assert auto.probes[MODEL_KEY].idle_s == pytest.approx(100.0)
+
+
+def test_a_probe_goes_through_request_and_only_a_full_accept_after_it_looks_again():
+    c = priced({1: 0.1, 2: 0.11, 3: 0.12}, draft=0.01)
+    auto = AutoK(c, k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.2, 0.2])  # not worth drafting, but a perfect drafter would be
+    assert auto.request(2).model_k == 0
+    probe = auto.probes[MODEL_KEY]
+    probe.idle_s = 1e6  # long idle: a probe is due
+    assert auto.request(2).model_k == 2
+    auto.observe(outcome(k=2, drafted=2, accepted=1, verify_s=0.12))  # the probe, half accepted
+    assert not probe.again
+    auto.observe(outcome(k=2, drafted=2, accepted=2, verify_s=0.12))  # not a probe: no "again"
+    assert not probe.again
+    probe.idle_s = 1e6
+    assert auto.request(2).model_k == 2
+    auto.observe(outcome(k=2, drafted=2, accepted=2, verify_s=0.12))  # a probe, fully accepted
+    assert probe.again and auto.request(2).model_k == 2
+
+
+def test_probe_due_at_exactly_the_budget():
+    auto = AutoK(priced({1: 0.1}))
+    auto.request(4)
+    probe = auto.probes[MODEL_KEY]
+    probe.idle_s = 0.5
+    assert probe.due(PROBE_BUDGET * 0.5) and not probe.due(PROBE_BUDGET * 0.5 * 1.0001)
+
+
+def test_catch_up_of_a_probe_counts_from_two_behind_and_never_for_lookup():
+    c = priced({1: 0.1, 2: 0.12, 3: 0.14}, draft=0.01)
+    c.catchup.add(1, 0.03)
+    c.catchup.add(4, 0.06)
+    auto = AutoK(c, k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.0, 0.0])  # no expected gain: the net cost is the cost
+    auto.tables[LOOKUP3] = Fixed([0.0, 0.0])
+    base = 0.04 + 0.02
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=1, with_draft_cost=True) == pytest.approx(base)
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=2, with_draft_cost=True) == pytest.approx(base + 0.03)
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=5, with_draft_cost=True) == pytest.approx(base + 0.06)
+    assert auto._probe_net_cost(LOOKUP3, 2, behind=5, with_draft_cost=False) == pytest.approx(0.04)
+
+
+def test_observe_counts_rounds_and_idle_time_per_kind():
+    auto = AutoK(priced({1: 0.1}))
+    auto.request(4)
+    auto.prune(LOOKUP3, 4)
+    auto.observe(outcome(k=2, drafted=2, accepted=1, draft_s=0.02, verify_s=0.1, overhead_s=0.01,
+                         catchup_s=0.05, catchup_tokens=9))
+    auto.observe(outcome(k=4, drafted=4, accepted=4, verify_s=0.2, key=LOOKUP3))
+    auto.observe(outcome(verify_s=0.1))
+    assert auto.rounds_seen == 3
+    # Model probe state: the lookup round and the plain round were idle time for model drafts.
+    assert auto.probes[MODEL_KEY].idle_s == pytest.approx(0.2 + 0.1)
+    # Lookup: the model round counted in full (drafting and catch-up included), then reset by its own round.
+    assert auto.probes[LOOKUP3].idle_s == pytest.approx(0.1)
+
+
+def test_acceptance_defaults_window_cap_and_own_positions():
+    a = Acceptance(k_max=3)
+    assert a.pooled_value() == pytest.approx(0.6 + 0.15 / math.sqrt(3))
+    for _ in range(40):
+        a.observe(verified=1, accepted=1)
+    assert len(a.at[0]) == 32 and len(a.pooled) == 32 and len(a.at[1]) == 0
+    assert a.pooled_value() == 0.99  # capped below certainty
+    b = Acceptance(k_max=2)
+    for _ in range(7):
+        b.observe(verified=1, accepted=0)
+    assert b.value(0) == pytest.approx(b.pooled_value())  # 7 of its own: not yet enough
+    b.observe(verified=1, accepted=0)
+    assert b.value(0) == pytest.approx((0 + 2 * b.pooled_value()) / (8 + 2))  # from 8: its own
+    c = Acceptance(k_max=4)
+    c.observe(verified=2, accepted=2)  # a full accept judges only the verified positions
+    assert [len(d) for d in c.at] == [1, 1, 0, 0]
+
+
+def test_lookup_tables_hang_off_the_lookup_kind_and_make_policy_keeps_the_costs():
+    auto = AutoK(CostModel())
+    auto.observe(outcome(k=3, drafted=3, accepted=3, key=LOOKUP3))
+    assert len(auto.table(DraftKey(DraftKind.LOOKUP)).pooled) == 3 and len(auto.table(MODEL_KEY).pooled) == 0
+    c = CostModel()
+    assert make_policy("auto", c, True).costs is c
+    assert AutoK(priced({n: 0.1 for n in range(1, 40)})).k_max == 16
+    with pytest.raises(ValueError, match="0 or more"):
+        FixedK(-1)
+    assert CostModel().draft_cost(3) == 0.0  # nothing measured, nothing to price
+    one = CostModel()
+    one.catchup.add(1, 0.03)
+    assert one.catchup_cost(0) == 0.0 and one.catchup_cost(1) == pytest.approx(0.03)
+
+
+def test_a_lookup_drafter_pair_never_asks_the_model_for_a_draft():
+    auto = AutoK(priced({n: 0.1 for n in range(1, 10)}), drafter_is_model=False)
+    auto.tables[MODEL_KEY] = Fixed([0.99] * 16)
+    assert auto.request(8) == DraftRequest(0, 8)
