@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ import tiny_models
 from engine.decoding.drafters import LookupDrafter
 from engine.decoding.events import DraftKind, RoundEvent, TokenEvent
 from engine.decoding.history_index import (
-    ENTRY_BYTES, MAX_CONVERSATIONS, HistoryIndex, Step, bucket, context_hash, index_path, vocab_fingerprint,
+    ENTRY_BYTES, MAX_CONVERSATIONS, HistoryIndex, Step, _why, bucket, context_hash, default_folder, index_path,
+    vocab_fingerprint,
 )
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
 from engine.decoding.policy import AutoK, CostModel, DraftKey, DraftRequest
@@ -138,6 +140,8 @@ def test_the_most_frequent_continuation_wins_then_the_most_recent():
     idx.add([1, 2, 3, 6])
     assert idx.continuations([2, 3]) == {4: 1, 6: 2}
     assert idx.propose([1, 2, 3], 1).steps == (Step(6, 3, 2, 3),)
+    idx.add([1, 2, 3, 5])  # the most recent, but seen once
+    assert idx.propose([1, 2, 3], 1).steps == (Step(6, 3, 2, 4),)
     tie = HistoryIndex("fp")
     tie.add([7, 8, 9, 30])
     tie.add([7, 8, 9, 20])  # later, and a lower id: recency decides, not the id
@@ -157,6 +161,12 @@ def test_a_named_conversation_counts_only_what_was_added_since():
     assert idx.continuations([1, 2, 1]) == {2: 1} and idx.continuations([2, 1, 2]) == {1: 1}
     assert idx.continuations([1, 2, 1, 2]) == {1: 1}
     assert idx.conversations == 1 and idx.serial == 2
+    # edited but as long or longer: counted again from its start
+    edited = HistoryIndex("fp")
+    edited.add([1, 2, 1, 2, 1], conversation="a")
+    assert edited.add([9, 2, 1, 2, 1, 7], conversation="a") == 5
+    assert edited.continuations([9]) == {2: 1} and edited.continuations([1]) == {2: 3, 7: 1}
+    assert edited.continuations([2, 1]) == {2: 2, 7: 1}
     # another conversation with the same tokens counts on its own
     idx.add([1, 2], conversation="b")
     assert idx.continuations([1]) == {2: 3}
@@ -186,14 +196,18 @@ def test_the_conversations_remembered_are_bounded():
 
 def test_bad_token_ids_are_refused():
     idx = HistoryIndex("fp")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="token ids must be between 0 and 1048575"):
         idx.add([1, -1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="token ids must be between 0 and 1048575"):
         idx.add([1, 1 << 20])
+    with pytest.raises(ValueError):
+        idx.add([[1, 2]])
     idx.add([1, (1 << 20) - 1])
     assert idx.continuations([1]) == {(1 << 20) - 1: 1}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs a memory cap above 0"):
         HistoryIndex("fp", cap_bytes=0)
+    assert HistoryIndex("fp", cap_bytes=1).cap_bytes == 1
+    assert HistoryIndex("fp").dirty is False
 
 
 def test_context_hashes_keep_contexts_apart():
@@ -221,6 +235,31 @@ def test_the_cap_evicts_the_least_useful_entries():
     assert idx.continuations([1, 2]) == {3: 2} and idx.continuations([7]) == {8: 1}
     old = [[3], [4], [2, 3], [3, 4], [1, 2, 3], [2, 3, 4], [1, 2, 3, 4]]
     assert sum(bool(idx.continuations(c)) for c in old) == 5
+
+
+def test_the_cap_in_bytes_need_not_be_a_whole_number_of_entries():
+    idx = HistoryIndex("fp", cap_bytes=11 * ENTRY_BYTES + 15)  # room for 11 entries, not 12
+    idx.add([1, 2, 3, 4, 5])
+    idx.add([7, 8])
+    assert idx.entries == 11 and idx.evicted == 0
+    idx.add([9, 10])  # 12: down to int(11 * 0.9) = 9
+    assert idx.entries == 9 and idx.evicted == 3
+    for i in range(3):
+        idx.add([20 + 2 * i, 21 + 2 * i])
+    assert idx.entries == 9 and idx.evicted == 6  # 12 again: three more went, counted on top
+
+
+def test_a_cap_smaller_than_the_bookkeeping_keeps_nothing():
+    idx = HistoryIndex("fp", cap_bytes=20)  # one remembered conversation (20 bytes), no entry
+    idx.add([1, 2], conversation="x")
+    assert idx.entries == 0 and idx.conversations == 1 and idx.nbytes == 20
+    idx.add([3, 4], conversation="y")
+    assert idx.conversations == 1 and idx.nbytes == 20
+    assert idx.add([3, 4, 5], conversation="y") == 1  # "y" was kept: the newest
+    assert idx.add([1, 2, 3], conversation="x") == 2  # "x" was forgotten
+    idx = HistoryIndex("fp", cap_bytes=19)  # not even one conversation; one entry fits
+    idx.add([1, 2], conversation="x")
+    assert idx.conversations == 0 and idx.continuations([1]) == {2: 1} and idx.nbytes == 16
 
 
 def _aged(quiet: int) -> HistoryIndex:
@@ -263,7 +302,7 @@ def test_memory_stays_under_the_cap_and_is_reported():
         assert idx.nbytes <= cap
     assert idx.evicted > 0 and idx.conversations == 300
     # the bookkeeping of named conversations is counted too
-    assert idx.nbytes == idx.entries * ENTRY_BYTES + 300 * (8 + 4 + 8 + 4)
+    assert idx.nbytes == idx.entries * ENTRY_BYTES + 300 * (8 + 4 + 8)
     # a phrase seen in every tenth conversation outlives the random text around it
     assert idx.propose([11, 12], 4).tokens == [13, 14, 15, 16]
     assert idx.describe().startswith(f"{idx.entries:,} n-grams from 300 conversations, 0.1 MB of 0.0625 MB")
@@ -278,6 +317,79 @@ def test_opening_applies_a_lower_cap(tmp_path):
 
 
 # -- files ---------------------------------------------------------------------------------------------------
+def test_counts_saturate_rather_than_wrap(tmp_path):
+    idx = HistoryIndex("fp")
+    idx.add([1, 2])
+    path = idx.save(tmp_path / "i.npz")
+    _rewrite(path, change=lambda a: a.__setitem__("counts", np.array([2**32 - 2], np.uint32)))
+    idx = HistoryIndex.open(path, "fp")
+    idx.add([1, 2])
+    assert idx.continuations([1]) == {2: 2**32 - 1}
+    idx.add([1, 2, 1, 2])
+    assert idx.continuations([1]) == {2: 2**32 - 1}
+
+
+def test_an_empty_index_saves_and_opens(tmp_path):
+    idx = HistoryIndex("fp")
+    path = idx.save(tmp_path / "a" / "b" / "empty.npz")  # folders are made as needed
+    assert idx.path == path and idx.dirty is False
+    again = HistoryIndex.open(path, "fp")
+    assert again.notes == [] and again.entries == 0 and again.serial == 0
+    again.add([1, 2])
+    assert again.dirty is True
+    assert again.save() == path and again.dirty is False
+
+
+def test_the_file_format(tmp_path):
+    """What is on disk, recomputed here: the header, the conversation ids and the digests of what
+    was counted of each (blake2b, 8 bytes, little-endian; of the ids as little-endian uint32)."""
+    idx = HistoryIndex("fingerprint-x")
+    idx.add([5, 6, 7], conversation="chat-é")
+    idx.add([1, 2])
+    path = idx.save(tmp_path / "i.npz")
+
+    def b2(data: bytes) -> int:
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+    with np.load(path) as z:
+        assert set(z.files) == {"meta", "keys", "counts", "last", "conv_ids", "conv_lens", "conv_hashes"}
+        assert json.loads(bytes(z["meta"])) == {"format": "draftlight-history-index", "version": 1,
+                                                "fingerprint": "fingerprint-x", "serial": 2, "max_context": 4,
+                                                "token_bits": 20}
+        assert z["conv_ids"].tolist() == [b2("chat-é".encode("utf-8"))]
+        assert z["conv_hashes"].tolist() == [b2(np.array([5, 6, 7], "<u4").tobytes())]
+        assert z["conv_lens"].tolist() == [3]
+        assert z["counts"].dtype == np.uint32 and z["last"].dtype == np.uint32 and z["keys"].dtype == np.uint64
+        assert sorted(z["last"].tolist()) == [1, 1, 1, 2]  # (5)->6, (6)->7, (5, 6)->7 then (1)->2
+    assert index_path(tmp_path, "0123456789abcdef0123") == tmp_path / "history-0123456789abcdef.npz"
+
+
+def test_the_default_folder(isolated_home):
+    assert default_folder() == isolated_home / "data" / "history-index"
+
+
+def test_a_pickle_in_the_file_is_never_run(tmp_path):
+    """allow_pickle stays off: a crafted member that would run code when unpickled is refused."""
+    marker = tmp_path / "ran"
+    path = _saved(tmp_path)
+    _rewrite(path, change=lambda a: a.__setitem__("keys", np.array([_Payload(marker)], dtype=object)))
+    idx = HistoryIndex.open(path, "fp")
+    assert idx.entries == 0 and "is damaged" in idx.notes[0] and not marker.exists()
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def test_reasons_name_the_exception():
+    assert _why(ValueError("header incomplete")) == "header incomplete" and _why(EOFError()) == "EOFError"
+
+
+
 WRITER = """
 import sys
 from engine.decoding.history_index import HistoryIndex
@@ -290,7 +402,7 @@ print(idx.entries)
 
 
 def test_an_index_survives_a_restart(tmp_path):
-    path = tmp_path / "sub" / "index.npz"
+    path = tmp_path / "sub" / "deeper" / "index.npz"
     out = subprocess.run([sys.executable, "-c", WRITER, str(path)], cwd=ROOT, capture_output=True, text=True, check=True)
     idx = HistoryIndex.open(path, "vocab-a")
     assert idx.notes == [] and idx.entries == int(out.stdout) and not idx.dirty
@@ -358,6 +470,19 @@ DAMAGE = {
 }
 
 
+#: The reason a note gives, where it is this module's own words.
+REASONS = {
+    "garbage": "not a history index file", "empty": "not a history index file",
+    "a newer version": "format version 2, this Draftlight reads 1", "another format": "not a history index",
+    "other settings": "built with other settings", "no serial": "header incomplete",
+    "keys out of order": "entries out of order or inconsistent", "a repeated key": "entries out of order or inconsistent",
+    "a zero count": "entries out of order or inconsistent", "a serial from the future": "entries out of order or inconsistent",
+    "wrong dtype": "counts has the wrong type", "two dimensions": "counts has the wrong type",
+    "lengths differ": "entry arrays differ in length", "conversations differ": "conversation arrays differ in length",
+    "a flipped bit": "Bad CRC-32 for file 'keys.npy'",
+}
+
+
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_file_gives_a_notice_and_a_fresh_index(tmp_path, damage):
     path = _saved(tmp_path)
@@ -365,10 +490,14 @@ def test_a_damaged_file_gives_a_notice_and_a_fresh_index(tmp_path, damage):
     broken = path.read_bytes()
     idx = HistoryIndex.open(path, "fp")
     assert idx.entries == 0 and idx.serial == 0
-    assert len(idx.notes) == 1 and "is damaged" in idx.notes[0] and "index.npz.damaged" in idx.notes[0]
+    assert len(idx.notes) == 1 and idx.notes[0].startswith(f"the history index {path} is damaged (")
+    assert idx.notes[0].endswith("): starting a new one; the old file will be kept as index.npz.damaged")
+    if damage in REASONS:
+        assert f"is damaged ({REASONS[damage]}): " in idx.notes[0]
     assert idx.propose([1, 2, 3], 4).steps == ()
     idx.add([1, 2, 3])
     idx.save()
+    idx.save()  # again: the damaged file was set aside once
     # the damaged file is kept aside, never destroyed, and the new one reads cleanly
     assert (tmp_path / "index.npz.damaged").read_bytes() == broken
     again = HistoryIndex.open(path, "fp")
@@ -388,11 +517,11 @@ def test_a_failed_save_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("x")
     idx = HistoryIndex("fp", path=tmp_path / "file" / "index.npz")
     idx.add([1, 2])
-    with pytest.raises(EngineError, match="cannot save the history index"):
+    with pytest.raises(EngineError, match=r"^cannot save the history index to .*index\.npz: File exists$"):
         idx.save()
-    with pytest.raises(EngineError, match="no file"):
+    with pytest.raises(EngineError, match="^the history index has no file to save to$"):
         HistoryIndex("fp").save()
-    assert idx.dirty
+    assert idx.dirty and list(tmp_path.iterdir()) == [tmp_path / "file"]
 
 
 def test_saving_elsewhere_leaves_the_set_aside_file_alone(tmp_path):
@@ -427,6 +556,7 @@ def test_a_copy_is_independent():
     copy.add([1, 2, 4])
     assert idx.continuations([1, 2]) == {3: 1} and copy.continuations([1, 2]) == {3: 1, 4: 1}
     assert copy.fingerprint == "fp" and copy.cap_bytes == 1000 and copy.serial == 2 and copy.path is None
+    assert idx.serial == 1
 
 
 # -- the policy's key ------------------------------------------------------------------------------------------
@@ -500,6 +630,41 @@ def _gguf_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+class _FakeVocab:
+    """Stands in for a loaded model: a vocabulary of a few tokens, counting how often it is read."""
+
+    def __init__(self, texts: list[bytes], path: Path | None = None) -> None:
+        self.texts, self.reads = texts, 0
+        if path is not None:
+            self.path = path
+
+    def vocab_facts(self):
+        from engine.decoding.llama_backend import VocabFacts
+
+        return VocabFacts("bpe", len(self.texts), True, False, 1, 2)
+
+    def token_text(self, i: int) -> bytes:
+        self.reads += 1
+        return self.texts[i]
+
+
+def test_the_fingerprint_of_a_small_vocabulary_by_hand(tmp_path):
+    want = hashlib.sha256(b"bpe|3|1|2|True|False" + b"\x01\x00\x00\x00a" + b"\x02\x00\x00\x00bc"
+                          + b"\x00\x00\x00\x00").hexdigest()
+    pathless = _FakeVocab([b"a", b"bc", b""])
+    assert vocab_fingerprint(pathless) == want
+    other = _FakeVocab([b"a", b"bd", b""])
+    assert vocab_fingerprint(other) != want  # no file to key a cache by: each is read
+    # two files of the same size and time are still told apart by their path; each is read once
+    f1, f2 = tmp_path / "one.gguf", tmp_path / "two.gguf"
+    f1.write_bytes(b"x")
+    f2.write_bytes(b"x")
+    os.utime(f2, ns=(f1.stat().st_atime_ns, f1.stat().st_mtime_ns))
+    m1, m2 = _FakeVocab([b"a", b"bc", b""], f1), _FakeVocab([b"a", b"bd", b""], f2)
+    assert vocab_fingerprint(m1) == want and vocab_fingerprint(m2) == vocab_fingerprint(other)
+    assert vocab_fingerprint(m1) == want and m1.reads == 3 and m2.reads == 3
+
+
 def test_the_vocabulary_fingerprint(tiny):
     models = {k: LlamaModel(tiny[k], ONE_THREAD) for k in ("sharp-target", "sharp-drafter", "other-vocab")}
     try:
@@ -517,7 +682,8 @@ def test_an_index_for_another_vocabulary_is_never_used(tiny, tmp_path):
     session = Session(tiny["sharp-target"], "lookup", target_load=ONE_THREAD, calibrate=False)
     other = LlamaModel(tiny["other-vocab"], ONE_THREAD)
     try:
-        mine = HistoryIndex.open_for(tmp_path, session.target)
+        mine = HistoryIndex.open_for(tmp_path, session.target, cap_bytes=12345)
+        assert mine.cap_bytes == 12345
         mine.add([1, 300, 301, 302, 303])
         mine.save()
         theirs = HistoryIndex.open_for(tmp_path, other)

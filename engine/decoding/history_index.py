@@ -13,9 +13,10 @@ the longest context it has seen, step by step, each token with a confidence from
   length, bucket) and prices exactly that (engine.decoding.policy.DraftKey).
 - Keyed by the tokenizer: an index carries a fingerprint of the target's vocabulary, and a file
   built for another vocabulary is never used (its ids would mean other tokens).
-- Bounded: the arrays it holds never exceed a cap in bytes. Over the cap, the least useful
-  entries go first: lowest count, halved for every HALF_LIFE conversations since it last
-  occurred (older first among equals), down to KEEP_AFTER_EVICTION of the cap.
+- Bounded: the arrays it holds (entries, and the length and digest of each named conversation)
+  never exceed a cap in bytes. Over the cap, the least useful entries go first: lowest count,
+  halved for every HALF_LIFE conversations since it last occurred (older first among equals),
+  down to KEEP_AFTER_EVICTION of the cap. An addition briefly holds a second copy while merging.
 - Compact: one sorted uint64 array of (44-bit context hash, 20-bit next token) keys with uint32
   counts and last-seen serials, 16 bytes an entry, saved as a numpy .npz with a versioned header.
   Two contexts whose hashes collide share their counts: a proposal may then be wrong, and the
@@ -66,9 +67,11 @@ _FNV = 0x100000001B3
 _C1, _C2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
 #: Bytes an entry costs: key (8), count (4), last-seen serial (4).
 ENTRY_BYTES = 16
-_ARRAYS = ("keys", "counts", "last", "conv_ids", "conv_lens", "conv_hashes", "conv_serials")
-_DTYPES = {"keys": np.uint64, "counts": np.uint32, "last": np.uint32, "conv_ids": np.uint64,
-           "conv_lens": np.uint32, "conv_hashes": np.uint64, "conv_serials": np.uint32}
+#: Bytes a remembered conversation costs: id (8), length (4), digest (8).
+CONVERSATION_BYTES = 20
+_DTYPES = {"keys": np.uint64, "counts": np.uint32, "last": np.uint32,
+           "conv_ids": np.uint64, "conv_lens": np.uint32, "conv_hashes": np.uint64}
+_CONV = ("conv_ids", "conv_lens", "conv_hashes")
 
 
 # -- hashing ---------------------------------------------------------------------------------------
@@ -88,9 +91,7 @@ def context_hash(tokens: Sequence[int]) -> int:
 def _window_hashes(tokens: np.ndarray, n: int, start: int) -> np.ndarray:
     """context_hash(tokens[i-n:i]) for every i from max(n, start) to len(tokens) - 1, vectorised."""
     first = max(n, start)
-    m = len(tokens) - first
-    if m <= 0:
-        return np.empty(0, np.uint64)
+    m = max(0, len(tokens) - first)
     h = np.full(m, (n * _SEED) & _M64, np.uint64)
     for j in range(n):
         h ^= tokens[first - n + j : first - n + j + m]
@@ -248,7 +249,7 @@ class HistoryIndex:
     def _range(self, ctx: int) -> tuple[int, int]:
         """Where a context's entries are: its keys share the context hash in their high bits."""
         keys = self._a["keys"]
-        lo = int(np.searchsorted(keys, np.uint64(ctx << TOKEN_BITS), side="left"))
+        lo = int(np.searchsorted(keys, np.uint64(ctx << TOKEN_BITS)))
         hi = int(np.searchsorted(keys, np.uint64((ctx << TOKEN_BITS) | TOKEN_MASK), side="right"))
         return lo, hi
 
@@ -299,7 +300,8 @@ class HistoryIndex:
         return max(0, len(t) - max(start, 1))
 
     def _remember(self, conversation: str, t: np.ndarray) -> int:
-        """Where counting starts for this conversation; records it as it is now."""
+        """Where counting starts for this conversation; records it as it is now. Rows are kept in
+        the order they were last added to, so the first is the one added to longest ago."""
         a = self._a
         cid = np.uint64(conversation_id(conversation))
         at = np.flatnonzero(a["conv_ids"] == cid)
@@ -309,16 +311,16 @@ class HistoryIndex:
             seen = int(a["conv_lens"][i])
             if seen <= len(t) and _digest(t[:seen]) == int(a["conv_hashes"][i]):
                 start = seen
-            for name in ("conv_ids", "conv_lens", "conv_hashes", "conv_serials"):
-                a[name] = np.delete(a[name], i)
+            self._forget(i)
         elif len(a["conv_ids"]) >= MAX_CONVERSATIONS:
-            oldest = int(np.argmin(a["conv_serials"]))
-            for name in ("conv_ids", "conv_lens", "conv_hashes", "conv_serials"):
-                a[name] = np.delete(a[name], oldest)
-        row = {"conv_ids": cid, "conv_lens": len(t), "conv_hashes": _digest(t), "conv_serials": self.serial + 1}
-        for name, v in row.items():
+            self._forget(0)
+        for name, v in zip(_CONV, (cid, len(t), _digest(t))):
             a[name] = np.append(a[name], np.array([v], _DTYPES[name]))
         return start
+
+    def _forget(self, rows) -> None:
+        for name in _CONV:
+            self._a[name] = np.delete(self._a[name], rows)
 
     def _merge(self, new: np.ndarray, times: np.ndarray) -> None:
         a = self._a
@@ -327,28 +329,27 @@ class HistoryIndex:
         found = at < len(keys)
         found[found] = keys[at[found]] == new[found]
         hit = at[found]
-        a["counts"][hit] = np.minimum(a["counts"][hit].astype(np.uint64) + times[found], 2**32 - 1).astype(np.uint32)
+        a["counts"][hit] = np.minimum(a["counts"][hit] + times[found], 2**32 - 1)  # saturate, never wrap
         a["last"][hit] = self.serial
         miss = ~found
         a["keys"] = np.insert(keys, at[miss], new[miss])
-        a["counts"] = np.insert(a["counts"], at[miss], np.minimum(times[miss], 2**32 - 1).astype(np.uint32))
-        a["last"] = np.insert(a["last"], at[miss], np.uint32(self.serial))
+        a["counts"] = np.insert(a["counts"], at[miss], times[miss])  # one conversation: far below 2**32
+        a["last"] = np.insert(a["last"], at[miss], self.serial)
 
     def _evict(self) -> None:
-        fixed = self.nbytes - self.entries * ENTRY_BYTES
-        room = max(0, (self.cap_bytes - fixed) // ENTRY_BYTES)
+        if self.conversations * CONVERSATION_BYTES > self.cap_bytes:  # a cap below the bookkeeping alone
+            self._forget(np.arange(self.conversations - self.cap_bytes // CONVERSATION_BYTES))
+        room = (self.cap_bytes - self.conversations * CONVERSATION_BYTES) // ENTRY_BYTES
         if self.entries <= room:
             return
         keep = int(room * KEEP_AFTER_EVICTION)
         a = self._a
-        age = (self.serial - a["last"].astype(np.int64)).astype(np.float64)
+        age = np.int64(self.serial) - a["last"]
         score = a["counts"] * np.exp2(-age / HALF_LIFE)
-        order = np.lexsort((a["last"], score))  # least useful first; among equals, older first
-        mask = np.ones(self.entries, bool)
-        mask[order[: self.entries - keep]] = False
-        self.evicted += self.entries - keep
+        drop = np.lexsort((a["last"], score))[: self.entries - keep]  # least useful first; among equals, older first
+        self.evicted += len(drop)
         for name in ("keys", "counts", "last"):
-            a[name] = a[name][mask]
+            a[name] = np.delete(a[name], drop)
 
     # -- files ------------------------------------------------------------------------------
     @classmethod
@@ -397,7 +398,7 @@ class HistoryIndex:
                 np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **self._a)
                 fh.flush()
                 os.fsync(fh.fileno())
-            if self._set_aside and path == self.path and path.exists():
+            if self._set_aside is not None and path == self.path and path.exists():
                 os.replace(path, path.with_name(self._set_aside))
             os.replace(tmp, path)
         except OSError as exc:
@@ -411,9 +412,9 @@ class HistoryIndex:
             self.path = path
         return path
 
-    def copy(self, path: Path | None = None) -> "HistoryIndex":
-        """An independent copy (saved nowhere unless `path` is given)."""
-        other = HistoryIndex(self.fingerprint, self.cap_bytes, path)
+    def copy(self) -> "HistoryIndex":
+        """An independent copy, tied to no file."""
+        other = HistoryIndex(self.fingerprint, self.cap_bytes)
         other._a = {name: a.copy() for name, a in self._a.items()}
         other.serial = self.serial
         return other
@@ -425,8 +426,7 @@ class HistoryIndex:
 
 
 def _why(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text if len(text) < 120 else text[:117] + "..."
+    return str(exc) or type(exc).__name__
 
 
 def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -444,14 +444,14 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
             raise ValueError("built with other settings")
         if not isinstance(meta.get("fingerprint"), str) or not isinstance(meta.get("serial"), int) or meta["serial"] < 0:
             raise ValueError("header incomplete")
-        arrays = {name: z[name] for name in _ARRAYS}  # each member's CRC is checked as it is read
+        arrays = {name: z[name] for name in _DTYPES}  # each member's CRC is checked as it is read
     for name, a in arrays.items():
         if a.dtype != _DTYPES[name] or a.ndim != 1:
             raise ValueError(f"{name} has the wrong type")
     keys, conv = arrays["keys"], arrays["conv_ids"]
     if not (len(keys) == len(arrays["counts"]) == len(arrays["last"])):
         raise ValueError("entry arrays differ in length")
-    if not all(len(arrays[n]) == len(conv) for n in ("conv_lens", "conv_hashes", "conv_serials")):
+    if not all(len(arrays[n]) == len(conv) for n in _CONV):
         raise ValueError("conversation arrays differ in length")
     if len(keys) and (np.any(keys[1:] <= keys[:-1]) or arrays["counts"].min() == 0 or arrays["last"].max() > meta["serial"]):
         raise ValueError("entries out of order or inconsistent")
