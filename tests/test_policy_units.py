@@ -7,7 +7,7 @@ import pytest
 
 from engine.decoding.events import DraftKind
 from engine.decoding.policy import (
-    MODEL_KEY, PROBE_BUDGET, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, FixedK, NoDraft,
+    MODEL_KEY, PROBE_BUDGET, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
     RoundOutcome, make_policy,
 )
 
@@ -279,6 +279,7 @@ def test_observe_counts_rounds_and_idle_time_per_kind():
     auto.prune(LOOKUP3, 4)
     auto.observe(outcome(k=2, drafted=2, accepted=1, draft_s=0.02, verify_s=0.1, overhead_s=0.01,
                          catchup_s=0.05, catchup_tokens=9))
+    assert auto.probes[LOOKUP3].idle_s == pytest.approx(0.1 + 0.02 + 0.05 + 0.01)  # all of it, catch-up too
     auto.observe(outcome(k=4, drafted=4, accepted=4, verify_s=0.2, key=LOOKUP3))
     auto.observe(outcome(verify_s=0.1))
     assert auto.rounds_seen == 3
@@ -313,7 +314,7 @@ def test_lookup_tables_hang_off_the_lookup_kind_and_make_policy_keeps_the_costs(
     c = CostModel()
     assert make_policy("auto", c, True).costs is c
     assert AutoK(priced({n: 0.1 for n in range(1, 40)})).k_max == 16
-    with pytest.raises(ValueError, match="0 or more"):
+    with pytest.raises(ValueError, match="^draft length must be 0 or more$"):
         FixedK(-1)
     assert CostModel().draft_cost(3) == 0.0  # nothing measured, nothing to price
     one = CostModel()
@@ -325,3 +326,49 @@ def test_a_lookup_drafter_pair_never_asks_the_model_for_a_draft():
     auto = AutoK(priced({n: 0.1 for n in range(1, 10)}), drafter_is_model=False)
     auto.tables[MODEL_KEY] = Fixed([0.99] * 16)
     assert auto.request(8) == DraftRequest(0, 8)
+
+
+def test_ewma_settles_on_its_first_samples():
+    e = Ewma()
+    e.add(1.0)
+    e.add(0.0)
+    assert e.value == pytest.approx(0.5)  # the second sample weighs 1/2
+    e.add(1.0)
+    assert e.value == pytest.approx(0.5 + (1.0 - 0.5) / 3)
+    prior = Ewma(value=0.2, weight=3)
+    prior.add(1.0)
+    assert prior.value == pytest.approx(0.2 + 0.8 / 4)  # a prior worth three samples
+
+
+def test_below_the_smallest_measured_block_the_price_is_in_proportion_to_it():
+    b = BlockCost()
+    b.add(2, 0.2)
+    b.add(8, 0.5)
+    assert b(1) == pytest.approx(0.1)
+
+
+def test_a_one_token_draft_wins_and_is_not_mistaken_for_a_probe():
+    verify = {n: 0.10 + 0.01 * (n - 1) for n in range(1, 10)}
+    auto = AutoK(priced(verify, draft=0.01), k_max=8)
+    auto.tables[MODEL_KEY] = Fixed([0.9] + [0.05] * 7)
+    rates = {k: rate_by_hand([0.9] + [0.05] * 7, k, verify, 0.01) for k in range(9)}
+    assert max(range(1, 9), key=lambda k: rates[k]) == 1
+    assert auto.request(8).model_k == 1 and MODEL_KEY not in auto._probing
+
+
+def test_a_probe_pays_for_the_backlog_the_drafter_must_read():
+    c = priced({1: 0.1, 2: 0.11, 3: 0.12}, draft=0.01)
+    c.catchup.add(100, 50.0)  # reading a long backlog is dear
+    auto = AutoK(c, k_max=2)
+    auto.tables[MODEL_KEY] = Fixed([0.2, 0.2])
+    auto.request(2)
+    auto.probes[MODEL_KEY].idle_s = 100.0  # budget 1.5 s: a probe without backlog fits, 50 s does not
+    assert auto.request(2, behind=101).model_k == 0
+    assert auto.request(2, behind=1).model_k == 2
+
+
+def test_lookup_drafts_are_priced_without_the_model_drafters_cost():
+    verify = {n: 0.1 for n in range(1, 6)}
+    auto = AutoK(priced(verify, draft=1.0), k_max=4)  # a model draft step would cost ten target steps
+    auto.tables[LOOKUP3] = Fixed([0.9] * 4)
+    assert auto.prune(LOOKUP3, 4) == 4
