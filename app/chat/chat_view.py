@@ -8,15 +8,15 @@ once finished, a footer (speed, acceptance, the verdict as a chip, time, action 
 each message's document range and a Provenance table (document offset runs -> token index) beside the
 document, rather than a character format per token, so formats stay few and shared.
 
-markdown_spans parses (markdown-it-py, Pygments); reply_document writes with shared formats. A
-streaming reply is re-rendered only from the start of its last top-level block (in a long open code
-fence, from a line where lexing can restart), at most every few tens of milliseconds. Opening a long
-chat renders the last messages at once and the older ones above them in slices of ~10-30 ms, so the
-event loop never waits long; parsed blocks are kept per message, so a view option does not parse again.
+markdown_spans parses (markdown-it-py, Pygments); reply_document writes with shared formats;
+message_frame writes headers and footers; live_reply keeps a streaming reply, re-rendered only from
+the start of its last top-level block (in a long open code fence, from a line where lexing can
+restart), at most every few tens of milliseconds. Opening a long chat renders the last messages at
+once and the older ones above them in slices of ~10-30 ms, so the event loop never waits long;
+parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,28 +26,23 @@ from PySide6.QtGui import (QDesktopServices, QFont, QGuiApplication, QKeyEvent, 
                            QTextCharFormat, QTextCursor)
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
 
-from engine.decoding.events import FinishReason, TokenEvent
+from engine.decoding.events import TokenEvent
 
 from app.chat.actions import MessageAction
-from app.chat.markdown_spans import LINE_BREAK, Block, Kind, code_sources, parse
-from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
-from app.chat.reply_document import INDENT, BlockMark, Formats, Look, Provenance, ReplyWriter
-from app.core.theme import EXPLANATIONS, LABELS, LIGHT_COLOURS, Mark, TokenColours
+from app.chat.live_reply import LiveReply, ShownMessage
+from app.chat.markdown_spans import LINE_BREAK, Block, code_sources, parse
+from app.chat.message_frame import COPY, write_end, write_header
+from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
+from app.chat.token_story import token_story
+from app.core.theme import LIGHT_COLOURS, Mark, TokenColours
 from app.history.records import Message, Role
 
-_FINISH_NOTES = {
-    FinishReason.CANCELLED: "stopped",
-    FinishReason.LENGTH: "stopped at the max tokens limit; raise it under Sampling",
-    FinishReason.CONTEXT_FULL: "the context is full",
-}
 TAIL_CHARS = 3000
 """Opening a chat renders at once the last messages up to about this much text; older ones follow."""
 SLICE_S = 0.012
 """Time spent per slice of rendering older messages before the event loop gets a turn (plus one step)."""
 MIN_GAP_S = 0.04
 """Least time between two re-renders of a streaming reply (also at least 4x the last one's cost)."""
-CHECKPOINT_LINES = 40
-"""A streaming code fence longer than this re-renders from a late line rather than from its top."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,38 +77,6 @@ class TokenFragment:
     """The character format it is drawn with."""
     position: int
     """Document position of its first character."""
-
-
-@dataclass(slots=True)
-class _Shown:
-    """A message on screen."""
-
-    message: Message
-    start: int
-    """Document position of its first character (moves when older messages are rendered above it)."""
-    prov: Provenance
-
-
-@dataclass(slots=True)
-class _Live:
-    """The streaming reply: its text so far, and where its unsettled tail begins."""
-
-    shown: _Shown
-    source: str
-    ends: list[int]
-    """Cumulative token text ends (source offsets)."""
-    n_tokens: int
-    cut: int = 0
-    """Source offset the tail is parsed from (a top-level block start)."""
-    cut_doc: int = 0
-    """Offset from the message's start to delete from."""
-    cut_fresh: bool = False
-    cut_runs: int = 0
-    """Provenance runs before the tail."""
-    cut_code: int = 0
-    """Code blocks before the tail."""
-    skip_lines: int = 0
-    """Lines of the code fence at `cut` that stay as they are."""
 
 
 def message_source(m: Message) -> tuple[str, list[int]]:
@@ -151,10 +114,10 @@ class ChatView(QTextBrowser):
         self.setMouseTracking(True)
         self.options = ViewOptions()
         self.messages: list[Message] = []
-        self._shown: list[_Shown] = []
-        self._by_id: dict[int, _Shown] = {}
+        self._shown: list[ShownMessage] = []
+        self._by_id: dict[int, ShownMessage] = {}
         self._pending: list[Message] = []  # older messages not rendered yet, oldest first
-        self._live: _Live | None = None
+        self._live: LiveReply | None = None
         self._blocks: dict[int, tuple[int, list[Block]]] = {}  # message id -> (source length, blocks)
         self._formats: Formats | None = None
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
@@ -218,7 +181,7 @@ class ChatView(QTextBrowser):
             self._live_timer.stop()
             self._render_live()
 
-    def _add(self, shown: _Shown, front: bool = False) -> None:
+    def _add(self, shown: ShownMessage, front: bool = False) -> None:
         if front:
             self._shown.insert(0, shown)
         else:
@@ -267,40 +230,40 @@ class ChatView(QTextBrowser):
 
     # -- one message ---------------------------------------------------------------------------------
     def _current_formats(self) -> Formats:
-        pal = self.palette()
+        pal = QGuiApplication.palette()  # the theme's, set just before set_options (the widget's follows later)
         look = Look(self.options.colours, self.options.highlight, QFont(self.font()),
                     pal.color(QPalette.ColorRole.Link))
         if self._formats is not None and self._formats.look == look:
             return self._formats
         return Formats(look)
 
-    def _writer(self, cur: QTextCursor, shown: _Shown, ends: Sequence[int]) -> ReplyWriter:
+    def _writer(self, cur: QTextCursor, shown: ShownMessage, ends: Sequence[int]) -> ReplyWriter:
         m = shown.message
         assert self._formats is not None
         return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends, m.rounds,
                            self.options.show_rejected, m.id, self.options.actions)
 
-    def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> _Shown:
+    def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> ShownMessage:
         """Writes `m` into the empty block at the cursor."""
-        shown = _Shown(m, cur.position(), Provenance())
+        shown = ShownMessage(m, cur.position(), Provenance())
         source, ends = message_source(m)
         w = self._writer(cur, shown, ends)
         w.fresh = True
-        self._write_header(w, m)
+        write_header(w, m, self.options.actions)
         if m.role == Role.USER:
             bf = QTextBlockFormat()
             bf.setBottomMargin(4)
             w.start_block(bf)
             w.insert(m.content.replace("\r\n", "\n").replace("\n", LINE_BREAK), w.formats.plain)
         elif live:
-            lv = self._live = _Live(shown, source, list(ends), len(m.tokens), cut_doc=cur.position() - shown.start)
-            self._render_tail(lv, w)
+            lv = self._live = LiveReply(shown, source, list(ends), len(m.tokens), cur.position() - shown.start)
+            lv.render(w)
         else:
             w.write(self._blocks_of(m, source))
             w.end_rejections()
         w.flush()
         if m.finished or not live:
-            self._write_end(w, m)
+            write_end(w, m, self.options.actions)
         return shown
 
     def _blocks_of(self, m: Message, source: str) -> list[Block]:
@@ -310,86 +273,6 @@ class ChatView(QTextBrowser):
         blocks = parse(source).blocks
         self._blocks[m.id] = (len(source), blocks)
         return blocks
-
-    def _write_header(self, w: ReplyWriter, m: Message) -> None:
-        f = w.formats
-        bf = QTextBlockFormat()
-        bf.setTopMargin(16)
-        bf.setBottomMargin(4)
-        w.start_block(bf)
-        if m.role == Role.USER:
-            w.insert("You", f.header)
-        else:
-            tip = settings_tip(m) if (m.settings or m.target) else ""
-            w.insert(pair_label(m) or "Draftlight", _with_tip(f.header, tip))
-            words = settings_label(m.settings, drafted=m.drafter not in ("", "none"))
-            if words:
-                w.insert("  ·  " + words, _with_tip(f.small, tip))
-        if m.variants > 1:
-            self._write_alternatives(w, m)
-        if m.role == Role.USER:
-            when = time_label(m.created)
-            if when:
-                w.insert("  ·  " + when, f.small)
-            if self.options.actions:
-                self._write_links(w, m, (("Copy", "copy"), ("Edit", MessageAction.EDIT),
-                                         ("Delete", MessageAction.DELETE)))
-
-    def _write_alternatives(self, w: ReplyWriter, m: Message) -> None:
-        f = w.formats
-        w.insert("   ", f.small)
-        prev_ok, next_ok = m.variant > 1, m.variant < m.variants
-        if self.options.actions and prev_ok:
-            w.insert("‹", f.link(f"action:{MessageAction.PREVIOUS.value}:{m.id}", "Previous alternative", 1.0))
-        else:
-            w.insert("‹", f.muted)
-        w.insert(f" {m.variant} / {m.variants} ", f.small)
-        if self.options.actions and next_ok:
-            w.insert("›", f.link(f"action:{MessageAction.NEXT.value}:{m.id}", "Next alternative", 1.0))
-        else:
-            w.insert("›", f.muted)
-
-    def _write_links(self, w: ReplyWriter, m: Message, links) -> None:
-        f = w.formats
-        w.insert("     ", f.small)
-        for i, (label, name) in enumerate(links):
-            if i:
-                w.insert("  ·  ", f.small)
-            href = f"copy:{m.id}" if name == "copy" else f"action:{MessageAction(name).value}:{m.id}"
-            w.insert(label, f.link(href, _LINK_TIPS.get(name, "")))
-
-    def _write_end(self, w: ReplyWriter, m: Message) -> None:
-        """A reply's note (why it stopped, or what failed) on its own line, then its footer."""
-        if m.role == Role.USER:
-            return
-        f = w.formats
-        note = m.error or (_FINISH_NOTES.get(m.finish_reason, "") if m.finish_reason else "")
-        if note:
-            bf = QTextBlockFormat()
-            bf.setTopMargin(2)
-            w.start_block(bf)
-            w.insert(f"({note})", f.note)
-        bf = QTextBlockFormat()
-        bf.setTopMargin(4)
-        w.start_block(bf)
-        parts = []
-        if m.finish_reason is not None or m.stats is not None:
-            ft = footer(m)
-            if ft.numbers:
-                parts.append((ft.numbers, f.small))
-            if ft.chip:
-                parts.append((f" {ft.chip} ", f.chip(ft.tone, ft.sentence)))
-        when = time_label(m.created)
-        if when:
-            parts.append((when, f.small))
-        for i, (text, fmt) in enumerate(parts):
-            if i:
-                w.insert("  ·  ", f.small)
-            w.insert(text, fmt)
-        if self.options.actions:
-            self._write_links(w, m, (("Copy", "copy"), ("Regenerate", MessageAction.REGENERATE),
-                                     ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT),
-                                     ("Delete", MessageAction.DELETE)))
 
     # -- streaming ---------------------------------------------------------------------------------------
     def append_message(self, m: Message) -> None:
@@ -431,7 +314,7 @@ class ChatView(QTextBrowser):
                 cur.movePosition(QTextCursor.MoveOperation.End)
                 w = self._writer(cur, lv.shown, lv.ends)
             w.end_rejections()
-            self._write_end(w, m)
+            write_end(w, m, self.options.actions)
             w.flush()
         elif self._shown and self._shown[-1].message.id == m.id:  # drawn before it was live: draw it again
             old = self._shown.pop()
@@ -449,15 +332,7 @@ class ChatView(QTextBrowser):
         if lv is None:
             return None
         t0 = time.perf_counter()
-        m = lv.shown.message
-        if len(m.tokens) > lv.n_tokens:
-            texts = [t.text for t in m.tokens[lv.n_tokens:]]
-            at = lv.ends[-1] if lv.ends else 0
-            for t in texts:
-                at += len(t)
-                lv.ends.append(at)
-            lv.source += "".join(texts)
-            lv.n_tokens = len(m.tokens)
+        lv.take(lv.shown.message.tokens)
         own = cur is None
         at_end = own and self._at_bottom()
         if cur is None:
@@ -471,7 +346,7 @@ class ChatView(QTextBrowser):
         w = self._writer(cur, lv.shown, lv.ends)
         w.fresh = lv.cut_fresh
         w.skip_rejections_before(next((i for i in reversed(prov.index) if i >= 0), -1) + 1)
-        self._render_tail(lv, w)
+        lv.render(w)
         w.flush()
         if own:
             cur.endEditBlock()
@@ -479,31 +354,6 @@ class ChatView(QTextBrowser):
                 self._scroll_to_end()
         self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
         return w
-
-    def _render_tail(self, lv: _Live, w: ReplyWriter) -> None:
-        """Renders the live reply from its cut, then moves the cut to the last block that cannot change."""
-        parsed = parse(lv.source, lv.cut, lv.cut_code, lv.skip_lines)
-        marks: list[BlockMark] = []
-        w.write(parsed.blocks, marks.append)
-        w.flush()
-        complete = lv.source.rfind("\n") + 1  # where the last, maybe partial, line starts
-        tops = [t for t in parsed.tops if lv.cut < t < complete]
-        start = lv.shown.start
-        if tops:
-            k = next(i for i, mk in enumerate(marks) if mk.block.top == tops[-1])
-            mk = marks[k]
-            codes = [b.block.code_index for b in marks[:k] if b.block.code_index >= 0]
-            lv.cut, lv.cut_doc, lv.cut_fresh, lv.cut_runs = tops[-1], mk.position - start, mk.fresh, mk.runs
-            lv.cut_code = max(codes) + 1 if codes else lv.cut_code
-            lv.skip_lines = 0
-            marks = marks[k:]
-        # A long open fence: restart from a late line that ended outside strings and comments.
-        lines = [mk for mk in marks if mk.block.kind == Kind.CODE and mk.block.top == lv.cut and not mk.block.lists
-                 and not mk.block.quote and mk.block.restart and not mk.block.last
-                 and mk.block.line >= max(CHECKPOINT_LINES, lv.skip_lines + 1)]
-        if lines and not [t for t in parsed.tops if t > lv.cut]:
-            mk = lines[-1]
-            lv.cut_doc, lv.cut_fresh, lv.cut_runs, lv.skip_lines = mk.position - start, mk.fresh, mk.runs, mk.block.line
 
     # -- reading back --------------------------------------------------------------------------------------
     def token_fragments(self) -> Iterator[TokenFragment]:
@@ -593,7 +443,7 @@ class ChatView(QTextBrowser):
             name, _, mid = path.rpartition(":")
             if name in MessageAction.__members__.values() and mid.lstrip("-").isdigit():
                 self.action_requested.emit(name, int(mid))
-        elif scheme == "copy":
+        elif scheme == COPY:
             self.copy_message(int(path))
         elif scheme == "copy-code":
             mid, _, n = path.partition(":")
@@ -685,52 +535,3 @@ class ChatView(QTextBrowser):
         c.setPosition(s.start)
         sb = self.verticalScrollBar()
         sb.setValue(sb.value() + self.cursorRect(c).top() - y)
-
-
-_LINK_TIPS = {
-    "copy": "Copy this message's text",
-    MessageAction.REGENERATE: "A new reply with the settings this one was made with (kept as an alternative)",
-    MessageAction.REGENERATE_CURRENT: "A new reply with the pair, k and sampling chosen now (kept as an alternative)",
-    MessageAction.EDIT: "Change this message and send it again (the old one is kept as an alternative)",
-    MessageAction.DELETE: "Delete this message",
-}
-
-
-def _with_tip(fmt: QTextCharFormat, tip: str) -> QTextCharFormat:
-    if not tip:
-        return fmt
-    f = QTextCharFormat(fmt)
-    f.setToolTip(tip)
-    return f
-
-
-def token_story(m: Message, mark: Mark, index: int, round_: int) -> str:
-    """A token's story in HTML: its kind, probabilities, and its round's draft."""
-    r = m.rounds.get(round_)
-    lines = [f"<b>{LABELS[mark]}</b> · round {round_}", f"<i>{html.escape(EXPLANATIONS[mark])}</i>"]
-    if 0 <= index < len(m.tokens):
-        t = m.tokens[index]
-        lines.append(f"token {_quote(t.text)} (id {t.token_id}), position {t.index + 1} in the reply")
-        probs = [f"target p = {t.p:.3f}" if t.p is not None else "target p = –"]
-        probs.append(f"drafter q = {t.q:.3f}" if t.q is not None else "drafter q = – (not drafted)")
-        lines.append(" · ".join(probs))
-        if t.margin is not None:
-            near = " (a near tie)" if t.margin < 0.25 else ""
-            lines.append(f"the target's runner-up was {t.margin:.2f} logits behind{near}")
-    if r is not None:
-        if r.drafted_text:
-            parts = []
-            for i, text in enumerate(r.drafted_text):
-                q = _quote(text)
-                parts.append(f"✓{q}" if i < r.accepted else f"<s>✗{q}</s>")
-            lines.append(f"round {round_} draft ({r.drafter}, k={r.k}): " + " ".join(parts))
-            lines.append(f"kept {r.accepted} of {len(r.drafted_text)} · emitted {r.emitted}")
-        else:
-            lines.append(f"round {round_}: no draft (plain decoding)")
-        lines.append(f"drafting {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
-    return "<br>".join(lines)
-
-
-def _quote(text: str) -> str:
-    shown = text.replace("\n", "⏎").replace("\t", "⇥")
-    return f"“{html.escape(shown)}”"

@@ -1,0 +1,125 @@
+"""A message's header and footer in the chat document: who and how, then speed, verdict, time and actions.
+
+Header: 'You', or 'target ← drafter · k=4 · T=0.7, top-p 0.95 …' (the settings the reply was made with,
+all of them in its tooltip), and '‹ 2 / 3 ›' among alternatives. A finished reply ends with its note
+(why it stopped) on its own line, then a footer: tokens/s, acceptance, the verdict as a chip, the time
+and the action links. Links are anchors 'action:<MessageAction>:<id>' (the view emits them) and
+'copy:<id>' (the view copies)."""
+from __future__ import annotations
+
+from PySide6.QtGui import QTextBlockFormat, QTextCharFormat
+
+from engine.decoding.events import FinishReason
+
+from app.chat.actions import MessageAction
+from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
+from app.chat.reply_document import ReplyWriter
+from app.history.records import Message, Role
+
+COPY = "copy"
+"""The copy link's name (handled by the view, not a MessageAction)."""
+FINISH_NOTES = {
+    FinishReason.CANCELLED: "stopped",
+    FinishReason.LENGTH: "stopped at the max tokens limit; raise it under Sampling",
+    FinishReason.CONTEXT_FULL: "the context is full",
+}
+_LINK_TIPS = {
+    COPY: "Copy this message's text",
+    MessageAction.REGENERATE: "A new reply with the settings this one was made with (kept as an alternative)",
+    MessageAction.REGENERATE_CURRENT: "A new reply with the pair, k and sampling chosen now (kept as an alternative)",
+    MessageAction.EDIT: "Change this message and send it again (the old one is kept as an alternative)",
+    MessageAction.DELETE: "Delete this message",
+}
+_USER_LINKS = (("Copy", COPY), ("Edit", MessageAction.EDIT), ("Delete", MessageAction.DELETE))
+_REPLY_LINKS = (("Copy", COPY), ("Regenerate", MessageAction.REGENERATE),
+                ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT), ("Delete", MessageAction.DELETE))
+_SEP = "  ·  "
+
+
+def write_header(w: ReplyWriter, m: Message, actions: bool) -> None:
+    """The header block (a user message's carries its time and links too: it has no footer)."""
+    f = w.formats
+    bf = QTextBlockFormat()
+    bf.setTopMargin(16)
+    bf.setBottomMargin(4)
+    w.start_block(bf)
+    if m.role == Role.USER:
+        w.insert("You", f.header)
+    else:
+        tip = settings_tip(m) if (m.settings or m.target) else ""
+        w.insert(pair_label(m) or "Draftlight", _with_tip(f.header, tip))
+        words = settings_label(m.settings, drafted=m.drafter not in ("", "none"))
+        if words:
+            w.insert(_SEP + words, _with_tip(f.small, tip))
+    if m.variants > 1:
+        _write_alternatives(w, m, actions)
+    if m.role == Role.USER:
+        when = time_label(m.created)
+        if when:
+            w.insert(_SEP + when, f.small)
+        if actions:
+            _write_links(w, m, _USER_LINKS)
+
+
+def write_end(w: ReplyWriter, m: Message, actions: bool) -> None:
+    """A reply's note (why it stopped, or what failed) on its own line, then its footer."""
+    if m.role == Role.USER:
+        return
+    f = w.formats
+    note = m.error or (FINISH_NOTES.get(m.finish_reason, "") if m.finish_reason else "")
+    if note:
+        bf = QTextBlockFormat()
+        bf.setTopMargin(2)
+        w.start_block(bf)
+        w.insert(f"({note})", f.note)
+    bf = QTextBlockFormat()
+    bf.setTopMargin(4)
+    w.start_block(bf)
+    parts = []
+    if m.finish_reason is not None or m.stats is not None:
+        ft = footer(m)
+        if ft.numbers:
+            parts.append((ft.numbers, f.small))
+        if ft.chip:
+            parts.append((f" {ft.chip} ", f.chip(ft.tone, ft.sentence)))
+    when = time_label(m.created)
+    if when:
+        parts.append((when, f.small))
+    for i, (text, fmt) in enumerate(parts):
+        if i:
+            w.insert(_SEP, f.small)
+        w.insert(text, fmt)
+    if actions:
+        _write_links(w, m, _REPLY_LINKS)
+
+
+def _write_alternatives(w: ReplyWriter, m: Message, actions: bool) -> None:
+    f = w.formats
+    w.insert("   ", f.small)
+    if actions and m.variant > 1:
+        w.insert("‹", f.link(f"action:{MessageAction.PREVIOUS.value}:{m.id}", "Previous alternative", 1.0))
+    else:
+        w.insert("‹", f.muted)
+    w.insert(f" {m.variant} / {m.variants} ", f.small)
+    if actions and m.variant < m.variants:
+        w.insert("›", f.link(f"action:{MessageAction.NEXT.value}:{m.id}", "Next alternative", 1.0))
+    else:
+        w.insert("›", f.muted)
+
+
+def _write_links(w: ReplyWriter, m: Message, links) -> None:
+    f = w.formats
+    w.insert("     ", f.small)
+    for i, (label, name) in enumerate(links):
+        if i:
+            w.insert(_SEP, f.small)
+        href = f"{COPY}:{m.id}" if name == COPY else f"action:{MessageAction(name).value}:{m.id}"
+        w.insert(label, f.link(href, _LINK_TIPS.get(name, "")))
+
+
+def _with_tip(fmt: QTextCharFormat, tip: str) -> QTextCharFormat:
+    if not tip:
+        return fmt
+    f = QTextCharFormat(fmt)
+    f.setToolTip(tip)
+    return f
