@@ -204,7 +204,7 @@ def test_bad_token_ids_are_refused():
         idx.add([[1, 2]])
     idx.add([1, (1 << 20) - 1])
     assert idx.continuations([1]) == {(1 << 20) - 1: 1}
-    with pytest.raises(ValueError, match="needs a memory cap above 0"):
+    with pytest.raises(ValueError, match="^the history index needs a memory cap above 0$"):
         HistoryIndex("fp", cap_bytes=0)
     assert HistoryIndex("fp", cap_bytes=1).cap_bytes == 1
     assert HistoryIndex("fp").dirty is False
@@ -459,6 +459,7 @@ DAMAGE = {
     "no serial": lambda p: _rewrite(p, meta={"serial": None}),
     "keys out of order": _set("keys", lambda a: a[::-1].copy()),
     "a repeated key": _set("keys", lambda a: np.concatenate([a[:1], a[:-1]])),
+    "the last two keys swapped": _set("keys", lambda a: np.concatenate([a[:-2], a[-1:], a[-2:-1]])),
     "a zero count": _set("counts", lambda a: np.concatenate([a[:-1], [0]]).astype(np.uint32)),
     "a serial from the future": _set("last", lambda a: a + 1),
     "wrong dtype": _set("counts", lambda a: a.astype(np.int64)),
@@ -476,6 +477,7 @@ REASONS = {
     "a newer version": "format version 2, this Draftlight reads 1", "another format": "not a history index",
     "other settings": "built with other settings", "no serial": "header incomplete",
     "keys out of order": "entries out of order or inconsistent", "a repeated key": "entries out of order or inconsistent",
+    "the last two keys swapped": "entries out of order or inconsistent",
     "a zero count": "entries out of order or inconsistent", "a serial from the future": "entries out of order or inconsistent",
     "wrong dtype": "counts has the wrong type", "two dimensions": "counts has the wrong type",
     "lengths differ": "entry arrays differ in length", "conversations differ": "conversation arrays differ in length",
