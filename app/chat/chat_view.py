@@ -116,7 +116,8 @@ class ChatView(QTextBrowser):
         self.messages: list[Message] = []
         self._shown: list[ShownMessage] = []
         self._by_id: dict[int, ShownMessage] = {}
-        self._pending: list[Message] = []  # older messages not rendered yet, oldest first
+        self._pending: list[Message] = []  # older messages not rendered yet, newest first (pop() is the oldest)
+        self._older_shown = 0  # of them, how many are in (at the top of self._shown)
         self._live: LiveReply | None = None
         self._blocks: dict[int, tuple[int, list[Block]]] = {}  # message id -> (source length, blocks)
         self._formats: Formats | None = None
@@ -152,7 +153,8 @@ class ChatView(QTextBrowser):
             first -= 1
             m = self.messages[first]
             size += len(m.content) if m.finished else sum(len(t.text) for t in m.tokens)
-        self._pending = self.messages[:first]
+        self._pending = self.messages[:first][::-1]
+        self._older_shown = 0
         cur = QTextCursor(doc)
         cur.beginEditBlock()
         for i, m in enumerate(self.messages[first:]):
@@ -181,48 +183,53 @@ class ChatView(QTextBrowser):
             self._live_timer.stop()
             self._render_live()
 
-    def _add(self, shown: ShownMessage, front: bool = False) -> None:
-        if front:
-            self._shown.insert(0, shown)
-        else:
-            self._shown.append(shown)
+    def _add(self, shown: ShownMessage) -> None:
+        self._shown.append(shown)
         self._by_id[shown.message.id] = shown
 
     def _render_pending(self, budget: float = SLICE_S) -> None:
-        """One slice: parse the next older message, or put a parsed one above the others, until `budget` is
-        spent (each step is one message: parsing and Qt's layout of a long reply are the big costs)."""
+        """One slice: parse the next older message, or put a parsed one in, until `budget` is spent (each step
+        is one message: parsing and Qt's layout of a long reply are the big costs).
+
+        Older messages go in oldest first, each just above the messages drawn at once: Qt then moves only
+        those few along, where putting each at the very top would move the whole document every time."""
         if not self._pending:
             return
         at_bottom = self._at_bottom()
         anchor = None if at_bottom else self._top_position()
         doc = self.document()
         cur = QTextCursor(doc)
-        t0, moved = time.perf_counter(), 0
+        t0 = time.perf_counter()
         while self._pending and time.perf_counter() - t0 < budget:
             m = self._pending[-1]
             if m.role == Role.ASSISTANT and m.id not in self._blocks:
                 self._blocks_of(m, message_source(m)[0])  # parsed in this step, written in the next
                 continue
             self._pending.pop()
+            k = self._older_shown
+            at = self._shown[k].start
             before = doc.characterCount()
             cur.beginEditBlock()
-            first = doc.firstBlock()
-            cur.setPosition(0)
-            cur.insertBlock(first.blockFormat(), first.charFormat())
-            cur.setPosition(0)
+            block = doc.findBlock(at)
+            cur.setPosition(at)
+            cur.insertBlock(block.blockFormat(), block.charFormat())
+            cur.setPosition(at)
             shown = self._write_message(cur, m, live=False)
             cur.endEditBlock()  # Qt lays the new text out here
             delta = doc.characterCount() - before
-            for s in self._shown:
+            for s in self._shown[k:]:
                 s.start += delta
-            self._add(shown, front=True)
-            moved += delta
+            self._shown.insert(k, shown)
+            self._by_id[m.id] = shown
+            self._older_shown += 1
+            if anchor is not None and anchor[0] >= at:
+                anchor = (anchor[0] + delta, anchor[1])
         if at_bottom:
             self._scroll_to_end()
         elif anchor is not None:
             pos, y = anchor
             c = QTextCursor(doc)
-            c.setPosition(min(pos + moved, doc.characterCount() - 1))
+            c.setPosition(min(pos, doc.characterCount() - 1))
             sb = self.verticalScrollBar()
             sb.setValue(sb.value() + self.cursorRect(c).top() - y)
         if self._pending:
