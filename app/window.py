@@ -203,6 +203,8 @@ class MainWindow(QMainWindow):
         self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
+        self.bar.sampling.sig_forget.connect(c.forget_past_chats)
+        c.sig_past_chats.connect(self.bar.sampling.show_past_chats)
         self.input.sig_submit.connect(self._send)
         self.input.sig_resend.connect(self._resend)
         self.input.sig_editing.connect(lambda on: self.send_button.setText("Resend" if on else "Send"))

@@ -5,7 +5,8 @@ Each concern is its own part, with its own state and signals:
 - `prefs` (preferences.py): the settings, saved soon after each change;
 - `conversations` (conversations.py): the store, the chat list, the open chat's shown path;
 - `pairing` (pairing.py): installed models, drafters, the load state machine, model jobs;
-- `replies` (replies.py): requests to the engine thread, the chat reply, Compare.
+- `replies` (replies.py): requests to the engine thread, the chat reply, Compare;
+- `past_chats` (past_chats.py): drafting from past chats (opt-in) and forgetting them.
 
 The parts depend one way (replies use conversations and pairing; nothing uses replies), and the
 two links that point back (pairing stops running work to switch models; conversations keep the
@@ -29,6 +30,7 @@ from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations
 from app.control.pairing import Pairing, drafter_label
+from app.control.past_chats import PastChats
 from app.control.preferences import Preferences
 from app.control.replies import CompareRuns, Replies, ReplyHandler, generation_settings_of, history_for
 from app.control.tasks import Task
@@ -82,9 +84,10 @@ class ChatController(QObject):
         self.conversations = Conversations(store, live=lambda: self.replies.chat_reply, parent=self)
         self.pairing = Pairing(self.prefs, self.worker, interrupt=lambda: self.replies.interrupt(), parent=self)
         self.replies = Replies(self.prefs, self.worker, self.conversations, self.pairing, parent=self)
+        self.past_chats = PastChats(self.prefs, self.worker, parent=self)
         self.thread.start()
 
-        for part in (self.prefs, self.conversations, self.pairing, self.replies):
+        for part in (self.prefs, self.conversations, self.pairing, self.replies, self.past_chats):
             part.sig_notice.connect(self.sig_notice)
         for part in (self.conversations, self.replies):
             part.sig_stats.connect(self.sig_stats)
@@ -103,6 +106,7 @@ class ChatController(QObject):
         self.sig_no_models = self.pairing.sig_no_models
         self.sig_loaded = self.pairing.sig_loaded
         self.sig_task_started = self.pairing.sig_task_started
+        self.sig_past_chats = self.past_chats.sig_status
 
     # -- start and stop -------------------------------------------------------------------
     def start(self) -> None:
@@ -136,11 +140,12 @@ class ChatController(QObject):
         ended = self.thread.wait(SHUTDOWN_WAIT_MS)
         # The reply's last events (its DoneEvent included) may still be queued for the parts:
         # deliver them, so the reply is saved as stopped rather than cut short.
-        for part in (self.replies, self.pairing):
+        for part in (self.replies, self.pairing, self.past_chats):
             QCoreApplication.sendPostedEvents(part)
         self.replies.flush()
         self.replies.disconnect_worker()
         self.pairing.disconnect_worker()
+        self.past_chats.disconnect_worker()
         if ended:
             self.worker.release()
         else:
@@ -206,6 +211,7 @@ class ChatController(QObject):
         old = self.prefs.update(**changes)
         if old is not None:
             self.pairing.settings_changed(old, self.settings)
+            self.past_chats.settings_changed(old, self.settings)
 
     def generation_settings(self, plain: bool = False) -> GenerationSettings:
         return generation_settings_of(self.settings, plain)
@@ -224,6 +230,10 @@ class ChatController(QObject):
 
     def start_task(self, task: Task, use_pair: bool = False) -> Task:
         return self.pairing.start_task(task, use_pair)
+
+    def forget_past_chats(self) -> None:
+        """Delete the index of past chats (the chats stay); drafting from them stays on or off as it was."""
+        self.past_chats.forget()
 
     # -- conversations ----------------------------------------------------------------------
     def conversation(self, conv_id: int) -> Conversation | None:

@@ -284,7 +284,8 @@ class Replies(QObject):
             self.sig_notice.emit(Notice(f"Loading {Path(s.target).name} + {drafter_label(s.drafter)}, the pair this "
                                         "reply was made with.", Level.INFO))
         self.pairing.ensure_loaded()
-        self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder)
+        self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder,
+                           conversation=str(convs.current_id))
 
     def abandon(self, conv_id: int) -> None:
         """The conversation is being deleted: its running reply stops and writes nothing more."""
@@ -295,11 +296,12 @@ class Replies(QObject):
 
     # -- any request --------------------------------------------------------------------------------
     def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler,
-                      cold: bool = False) -> int:
-        """Queue a reply on the engine thread; events go to `handler` in batches."""
+                      cold: bool = False, conversation: str | None = None) -> int:
+        """Queue a reply on the engine thread; events go to `handler` in batches. A chat reply names its
+        `conversation` (counted into the index of past chats when that is on)."""
         rid = next(self._ids)
         self._handlers[rid] = handler
-        self.sig_request.emit(ReplyRequest(rid, tuple(messages), settings, cold))
+        self.sig_request.emit(ReplyRequest(rid, tuple(messages), settings, cold, conversation))
         self._busy_changed()
         return rid
 

@@ -68,6 +68,10 @@ class AppSettings:
     """The main window's place and size (QWidget.saveGeometry, base64; empty: the default)."""
     window_splitter: str = ""
     """Widths of the chat list, chat and stats panes (QSplitter.saveState, base64; empty: the default)."""
+    history_drafts: bool = False
+    """Prompt lookup also drafts from an index of past conversations (opt-in: it stores their token n-grams)."""
+    history_cap_mb: int = 64
+    """Most megabytes that index may hold, in memory and on disk."""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,6 +97,7 @@ _CHECKS = {
     "n_ctx": lambda v: isinstance(v, int) and 0 <= v <= 10_000_000,
     "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
     "n_threads": lambda v: v is None or (isinstance(v, int) and v >= 1),
+    "history_cap_mb": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,
     "window_geometry": _is_base64,
     "window_splitter": _is_base64,
 }

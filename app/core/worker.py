@@ -10,6 +10,10 @@ frees what it had loaded, and the load ends as a failure with LoadCancelled. Clo
 load in progress and never waits for a slot that cannot be interrupted (a long prompt read):
 `close_soon()` makes every queued request a no-op and has the busy slot free the models itself
 when it returns, on this thread.
+
+Drafting from past chats (opt-in) lives here too, on this thread: the index opens after a load,
+each finished reply of a conversation is counted into it, and it is saved every few replies and
+when the models are freed (app.core.past_chats_index).
 """
 from __future__ import annotations
 
@@ -23,7 +27,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import EngineError, LoadCancelled
+from engine.decoding.events import DoneEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
+
+from app.core.past_chats_index import PastChatsChoice, PastChatsIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,9 @@ class ReplyRequest:
     """Sampling, draft length, max tokens."""
     cold: bool = False
     """Empty the caches first, so the reply reuses nothing an earlier one left (Compare)."""
+    conversation: str | None = None
+    """The chat it belongs to: its finished reply is counted into the index of past chats (when on).
+    None: not counted (Compare's runs repeat a reply already counted)."""
 
 
 class EngineWorker(QObject):
@@ -85,6 +95,8 @@ class EngineWorker(QObject):
     """Reply `id` raised (exception); events already sent stand."""
     sig_reply_finished = Signal(int)
     """Reply `id` is over (after its DoneEvent or its failure): the thread is free."""
+    sig_past_chats = Signal(object)
+    """What the index of past chats holds and does now (PastChatsStatus)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,6 +108,7 @@ class EngineWorker(QObject):
         self._closing = False
         self._loading: LoadRequest | None = None
         self._last_progress: tuple[str, int] = ("", -1)
+        self._past = PastChatsIndex()
 
     # -- called from the GUI thread ------------------------------------------------
     def stop(self, ids) -> None:
@@ -184,6 +197,8 @@ class EngineWorker(QObject):
         self._info = LoadedInfo(req, session.spec.label, session.target.n_ctx, tuple(session.notes),
                                 time.perf_counter() - t0)
         self.sig_loaded.emit(self._info)
+        self._past.attach(session)  # after the news of the load: opening reads the vocabulary and a file
+        self.sig_past_chats.emit(self._past.status(session))
 
     @staticmethod
     def _same_target(a: LoadRequest, b: LoadRequest) -> bool:
@@ -194,6 +209,8 @@ class EngineWorker(QObject):
         if self._closing:
             return
         session = self._session
+        reply_ids: list[int] = []
+        done = False
         try:
             if session is None:
                 raise EngineError("no model is loaded: choose a target model in the bar above the chat")
@@ -206,6 +223,9 @@ class EngineWorker(QObject):
                     session.stop()
             for ev in events:
                 self.sig_event.emit(req.id, ev)
+                if isinstance(ev, TokenEvent):
+                    reply_ids.append(ev.token_id)
+                done = done or isinstance(ev, DoneEvent)
                 if req.id in self._stopped:
                     session.stop()
         except Exception as exc:  # noqa: BLE001
@@ -215,12 +235,30 @@ class EngineWorker(QObject):
                 self._running = None
                 self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
+            if done and self._past.index is not None:  # after the news: the window need not wait for this
+                self._past.add(session, req.messages, req.settings, reply_ids, req.conversation)
+                self.sig_past_chats.emit(self._past.status(session))
             if self._closing:
                 self._close()
+
+    @Slot(object)
+    def configure_past_chats(self, choice: PastChatsChoice) -> None:
+        """Turn drafting from past chats on or off (or change its cap) without reloading anything."""
+        if not self._closing:
+            self._past.configure(choice, self._session)
+            self.sig_past_chats.emit(self._past.status(self._session))
+
+    @Slot()
+    def forget_past_chats(self) -> None:
+        """Delete the index of past chats, files and all (the chats themselves stay)."""
+        if not self._closing:
+            self._past.forget(self._session)
+            self.sig_past_chats.emit(self._past.status(self._session))
 
     # -- helpers -------------------------------------------------------------------------
     def _close(self) -> None:
         session, self._session, self._info = self._session, None, None
+        self._past.close()  # saved before the model it belongs to goes
         if session is not None:
             session.close()
             _return_freed_memory()

@@ -63,7 +63,8 @@ class ModelBar(QWidget):
         self.auto.setToolTip("Let the engine choose the draft length from measured costs, down to no drafting "
                              "when speculation would be slower")
         self.sampling_button = QPushButton("Sampling ▾")
-        self.sampling_button.setToolTip("Temperature, top-k, top-p, min-p, seed, max tokens, system prompt")
+        self.sampling_button.setToolTip("Temperature, top-k, top-p, min-p, seed, max tokens, system prompt; "
+                                        "drafting from past chats")
         self.sampling = SamplingPopover(self)
         self.sampling_button.clicked.connect(lambda: self.sampling.popup_under(self.sampling_button))
         for w, name in ((self.target, "Target model"), (self.drafter, "Drafter"), (self.length, "Draft length"),

@@ -1,4 +1,5 @@
-"""A popover under the 'Sampling' button: temperature, top-k, top-p, min-p, seed, max tokens, system prompt."""
+"""A popover under the 'Sampling' button: temperature, top-k, top-p, min-p, seed, max tokens, system prompt,
+and drafting from past chats (opt-in) with a way to forget them."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -6,10 +7,12 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -17,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.past_chats_index import PastChatsStatus
 from app.core.settings import AppSettings
 
 
@@ -38,6 +42,8 @@ class SamplingChoice:
     """Longest reply."""
     system_prompt: str
     """Sent first (empty: none)."""
+    history_drafts: bool
+    """Prompt lookup also drafts from an index of past chats."""
 
     def changes(self) -> dict[str, Any]:
         """As keyword arguments for the settings (the field names are the same)."""
@@ -49,6 +55,8 @@ class SamplingPopover(QFrame):
 
     sig_changed = Signal(object)
     """The person changed a value (SamplingChoice)."""
+    sig_forget = Signal()
+    """The person confirmed deleting the index of past chats."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Popup)
@@ -95,6 +103,7 @@ class SamplingPopover(QFrame):
         hint = QLabel("Greedy decoding (temperature 0) gives the same text with or without a drafter.")
         hint.setWordWrap(True)
         lay.addWidget(hint)
+        self._add_past_chats(lay)
         close = QPushButton("Done")
         close.clicked.connect(self.hide)
         lay.addWidget(close, alignment=Qt.AlignmentFlag.AlignRight)
@@ -102,14 +111,65 @@ class SamplingPopover(QFrame):
         self.setAccessibleName("Sampling settings")
         for w, name in ((self.temperature, "Temperature"), (self.top_k, "Top-k"), (self.top_p, "Top-p"),
                         (self.min_p, "Min-p"), (self.seed, "Seed"), (self.max_tokens, "Max tokens"),
-                        (self.system_prompt, "System prompt"), (close, "Done")):
+                        (self.system_prompt, "System prompt"), (close, "Done"),
+                        (self.history_drafts, "Draft from past chats"), (self.forget, "Forget past chats")):
             w.setAccessibleName(name)
         for w in (self.temperature, self.top_p, self.min_p):
             w.valueChanged.connect(self._emit)
         for w in (self.top_k, self.seed, self.max_tokens):
             w.valueChanged.connect(self._emit)
         self.system_prompt.textChanged.connect(self._emit)
+        self.history_drafts.toggled.connect(self._emit)
+        self.forget.clicked.connect(self._confirm_forget)
         self._loading = False
+
+    # -- drafting from past chats ------------------------------------------------------------------
+    def _add_past_chats(self, lay: QVBoxLayout) -> None:
+        self._status: PastChatsStatus | None = None
+        self.history_drafts = QCheckBox("Draft from past chats")
+        self.history_status = QLabel("")
+        self.history_status.setWordWrap(True)
+        self.history_status.setObjectName("past_chats_status")
+        self.forget = QPushButton("Forget past chats…")
+        self.forget.setToolTip("Delete the index of past chats from the data folder (your chats stay)")
+        lay.addWidget(self.history_drafts)
+        lay.addWidget(self.history_status)
+        lay.addWidget(self.forget, alignment=Qt.AlignmentFlag.AlignLeft)
+        self._explain_past_chats()
+
+    def show_past_chats(self, status: PastChatsStatus) -> None:
+        """What the index holds now (from the engine thread)."""
+        self._status = status
+        text = status.summary
+        if status.open and not status.drafting:
+            text += " Drafts from it only with prompt lookup as the drafter; replies are still counted."
+        self.history_status.setText(text)
+        self._explain_past_chats()
+
+    def _explain_past_chats(self) -> None:
+        s = self._status
+        where = str(s.folder) if s is not None else "the data folder"
+        cap = f"{s.cap_mb} MB" if s is not None else "the cap in the settings"
+        self.history_drafts.setToolTip(
+            "Prompt lookup also proposes what followed the same tokens in your earlier chats, where this chat "
+            "has nothing to copy.\n\n"
+            "What is stored: how often each token followed each run of 1 to 4 tokens in your chats (your "
+            "messages and the replies): token n-gram counts, not the chats as written, though common phrases "
+            f"can be read back from them.\nWhere: {where}, at most {cap}, one file per model vocabulary.\n"
+            "Deleting a chat does not remove its counts; “Forget past chats” deletes them all.\n"
+            "Drafts are checked by the target model: they change speed, not what it may write.")
+        self.history_status.setToolTip(self.history_drafts.toolTip())
+
+    def _confirm_forget(self) -> None:
+        self.hide()
+        held = f" ({self._status.summary.rstrip('.')})" if self._status is not None else ""
+        where = f" in {self._status.folder}" if self._status is not None else ""
+        answer = QMessageBox.question(
+            self.parentWidget() or self, "Forget past chats",
+            f"Delete the index of past chats{held}{where}? Your chats themselves stay. While drafting from past "
+            "chats is on, it starts again from nothing.")
+        if answer == QMessageBox.StandardButton.Yes:
+            self.sig_forget.emit()
 
     def set_values(self, s: AppSettings) -> None:
         self._loading = True
@@ -122,13 +182,15 @@ class SamplingPopover(QFrame):
             self.max_tokens.setValue(s.max_tokens)
             if self.system_prompt.toPlainText() != s.system_prompt:
                 self.system_prompt.setPlainText(s.system_prompt)
+            self.history_drafts.setChecked(s.history_drafts)
         finally:
             self._loading = False
 
     def choice(self) -> SamplingChoice:
         seed = self.seed.value()
         return SamplingChoice(self.temperature.value(), self.top_k.value(), self.top_p.value(), self.min_p.value(),
-                              None if seed < 0 else seed, self.max_tokens.value(), self.system_prompt.toPlainText())
+                              None if seed < 0 else seed, self.max_tokens.value(), self.system_prompt.toPlainText(),
+                              self.history_drafts.isChecked())
 
     def _emit(self, *_args) -> None:
         if not self._loading:
