@@ -202,3 +202,31 @@ def test_the_toggle_works_without_a_reload_and_survives_a_restart(qtbot, tiny, i
     status = status_until(qtbot, w2, lambda s: not s.enabled)
     assert not status.open and status.summary.startswith("Off: ") and "kept from before (Forget deletes it)" in status.summary
     assert not status.drafting
+
+
+def test_compare_leaves_past_chats_out_and_says_so(qtbot, tiny, isolated_home):
+    from app.stats.compare_dialog import CompareDialog
+
+    install_tiny(tiny, isolated_home, drafter="lookup", history_drafts=True)
+    w = open_window(qtbot)
+    status_until(qtbot, w, counted(0))
+    send(qtbot, w)
+    status_until(qtbot, w, counted(1))
+    w.controller.new_conversation()
+    reply = send(qtbot, w)  # drafted from the first chat
+    status_until(qtbot, w, counted(2))
+    assert any(r.drafter == "history" for r in reply.rounds.values())
+    dlg = CompareDialog(w.controller, w.controller.messages, w)
+    qtbot.addWidget(dlg)
+    assert dlg.start()
+    qtbot.waitUntil(lambda: dlg.complete, timeout=REPLY_TIMEOUT_MS)
+    assert dlg.spec.done.text == reply.text
+    kinds = {r.drafter for r in dlg.spec.message.rounds.values()}
+    assert "history" not in kinds and "lookup" in kinds  # the index holds this very reply: not used
+    assert "Drafting from past chats is left out" in " ".join(dlg.runs.notes)
+    # The chat drafts from past chats again afterwards; Compare's two runs were not counted.
+    w.controller.new_conversation()
+    again = send(qtbot, w)
+    assert any(r.drafter == "history" for r in again.rounds.values())
+    status = status_until(qtbot, w, lambda s: " repl" in s.summary and " 2 repl" not in s.summary)
+    assert "from 3 replies in 3 chats" in status.summary

@@ -332,6 +332,8 @@ class Replies(QObject):
             notes.append(f"{loaded.target.name} is loaded now, but the reply came from {reply.target}.")
         elif loaded is not None and reply.drafter and drafter_label(loaded.drafter) != reply.drafter:
             notes.append(f"The drafter now is {drafter_label(loaded.drafter)}; the reply was made with {reply.drafter}.")
+        if self.settings.history_drafts:
+            notes.append("Drafting from past chats is left out: its index already holds this reply.")
         history = history_for(messages[:-1], s.system_prompt)
         self.pairing.ensure_loaded()
         ids = (self.request_reply(history, generation_settings_of(s), speculative, cold=True),

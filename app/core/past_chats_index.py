@@ -151,14 +151,13 @@ class PastChatsIndex:
                     and session.spec.lookup and session.drafter is not None)
         if index is not None:
             summary = (f"{index.entries:,} n-grams from {_count(index.serial, 'reply', 'replies')} in "
-                       f"{_count(index.conversations, 'chat', 'chats')}, {index.nbytes / 2**20:.1f} MB "
-                       f"of {choice.cap_mb} MB")
+                       f"{_count(index.conversations, 'chat', 'chats')}, {_size(index.nbytes)} of {choice.cap_mb} MB")
         else:
             kept = _bytes_in(self.folder)
             if choice.enabled:
                 summary = "On: the index opens once a model is loaded."
             elif kept:
-                summary = f"Off: {kept / 2**20:.1f} MB kept from before (Forget deletes it)."
+                summary = f"Off: {_size(kept)} kept from before (Forget deletes it)."
             else:
                 summary = "Off: nothing is stored."
         return PastChatsStatus(choice.enabled, summary, self.folder, choice.cap_mb, index is not None, drafting, notes)
@@ -166,6 +165,10 @@ class PastChatsIndex:
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**10:.0f} KB" if nbytes < 2**20 // 10 else f"{nbytes / 2**20:.1f} MB"
 
 
 def _bytes_in(folder: Path) -> int:

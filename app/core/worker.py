@@ -211,11 +211,15 @@ class EngineWorker(QObject):
         session = self._session
         reply_ids: list[int] = []
         done = False
+        held = None  # the index of past chats, left out of a cold run
         try:
             if session is None:
                 raise EngineError("no model is loaded: choose a target model in the bar above the chat")
             if req.cold:
                 session.reset_state()
+                if session.history is not None:  # Compare: the index may hold this very reply
+                    held = session.history
+                    session.use_history(None)
             with self._lock:
                 self._running = req.id
                 events = session.chat(list(req.messages), req.settings)  # clears the session's stop flag
@@ -231,6 +235,8 @@ class EngineWorker(QObject):
         except Exception as exc:  # noqa: BLE001
             self.sig_reply_failed.emit(req.id, exc)
         finally:
+            if held is not None:
+                session.use_history(held)
             with self._lock:
                 self._running = None
                 self._stopped.discard(req.id)

@@ -132,6 +132,10 @@ class SamplingPopover(QFrame):
         self.history_status.setObjectName("past_chats_status")
         self.forget = QPushButton("Forget past chats…")
         self.forget.setToolTip("Delete the index of past chats from the data folder (your chats stay)")
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.HLine)
+        line.setFrameShadow(QFrame.Shadow.Sunken)
+        lay.addWidget(line)
         lay.addWidget(self.history_drafts)
         lay.addWidget(self.history_status)
         lay.addWidget(self.forget, alignment=Qt.AlignmentFlag.AlignLeft)
@@ -159,6 +163,7 @@ class SamplingPopover(QFrame):
             "Deleting a chat does not remove its counts; “Forget past chats” deletes them all.\n"
             "Drafts are checked by the target model: they change speed, not what it may write.")
         self.history_status.setToolTip(self.history_drafts.toolTip())
+        self.history_drafts.setAccessibleDescription(self.history_drafts.toolTip())  # tooltips are hard to reach
 
     def _confirm_forget(self) -> None:
         self.hide()
