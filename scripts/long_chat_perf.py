@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in real_models:
             (models / p.name).symlink_to(p)
         save_settings(AppSettings(target=str(models / real_models[0].name), drafter=str(models / real_models[1].name),
-                                  draft_max="auto", max_tokens=400, first_run_done=True))
+                                  draft_max="auto", max_tokens=300, first_run_done=True))
     else:
         save_settings(AppSettings(first_run_done=True))
 
@@ -273,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
 
     replay(app, view, args, stall_while)
     if real_models is not None:
+        c.new_conversation()  # a fresh chat: the long one would not fit the context
+        spin(lambda: not view.messages)
         w.input.setPlainText("Write a Python function that merges two sorted lists, with a docstring and tests.")
         w._send(w.input.toPlainText())
+        spin(lambda: c.busy, 30)
         worst = stall_while(lambda: not c.busy, 900)
         reply = c.messages[-1]
         print(f"stream (real pair, {len(reply.tokens)} tokens): longest event-loop stall {worst:.0f} ms, "

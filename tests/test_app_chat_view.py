@@ -8,7 +8,10 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import json  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
@@ -18,7 +21,7 @@ from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.chat_pane import ChatPane  # noqa: E402
 from app.chat.chat_view import ChatView, ViewOptions  # noqa: E402
 from app.core.theme import DARK_COLOURS, LIGHT_COLOURS, Mark, mark_format  # noqa: E402
-from app.history.records import Message, Role  # noqa: E402
+from app.history.records import Message, Role, round_from_dict, token  # noqa: E402
 from engine.decoding.events import FinishReason, RoundEvent, Stats, TokenEvent, TokenSource  # noqa: E402
 
 #: A reply with a fence, a list and a table, as a tokenizer splits it.
@@ -270,6 +273,21 @@ def test_action_links_emit_the_action_and_the_message_id(qtbot):
     assert not [f for f in _all_fragments(v) if f[1].isAnchor()]
 
 
+def test_action_links_are_reachable_with_the_keyboard(qtbot):
+    v = make_view(qtbot)
+    v.show_messages([user(1), reply(mid=2)])
+    got = []
+    v.action_requested.connect(lambda name, mid: got.append((name, mid)))
+    v.setFocus()
+    seen = []
+    for _ in range(6):
+        qtbot.keyClick(v, Qt.Key.Key_Tab)  # from link to link, as in a browser
+        seen.append(v.textCursor().selectedText())
+    assert seen == ["Copy", "Edit", "Delete", "Copy", "Copy", "Regenerate"]  # the 4th: the code block's
+    qtbot.keyClick(v, Qt.Key.Key_Return)
+    assert got == [("regenerate", 2)]
+
+
 # -- streaming and long chats --------------------------------------------------------------------------------
 def test_streaming_shows_the_same_as_the_finished_reply(qtbot):
     v = make_view(qtbot)
@@ -427,3 +445,98 @@ def test_redrawing_the_same_chat_keeps_the_reader_in_place(qtbot):
     v.show_messages([user(8, "another chat")])  # another chat opens at its end
     sb = v.verticalScrollBar()
     assert sb.value() == sb.maximum()
+
+
+# -- a reply recorded from the real pair ----------------------------------------------------------------------
+RECORDED = Path(__file__).parent / "data" / "real_markdown_reply.jsonl"
+RECORD_PROMPT = ("Show a Python function add(a, b) in a code block. After the code block, give two facts about it "
+                 "as a bulleted list. Then add a Markdown table of two example calls with columns Call and Result.")
+
+
+def load_recorded() -> Message:
+    """The reply as the real Qwen2.5-Coder 1.5B / 0.5B pair streamed it (greedy, k=4), events as recorded."""
+    tokens, rounds, text = [], {}, ""
+    for line in RECORDED.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        kind = d.pop("type")
+        if kind == "token":
+            tokens.append(token(d["index"], d["text"], d["token_id"], d["source"], d["round"], d["p"], d["q"],
+                                d.get("runner_up"), d.get("margin")))
+        elif kind == "round":
+            rounds[d["round"]] = round_from_dict(d)
+        elif kind == "done":
+            text = d["text"]
+    return Message(2, Role.ASSISTANT, text, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                   "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", tokens, rounds, FinishReason.STOP, created=time.time(),
+                   settings={"draft_max": 4, "temperature": 0.0})
+
+
+def test_a_reply_recorded_from_the_real_pair_keeps_every_shown_character_on_its_token(qtbot):
+    v = make_view(qtbot)
+    m = load_recorded()
+    v.show_messages([user(1, RECORD_PROMPT), m])
+    # Read off the recording by hand: the token each shown piece comes from ('``' + '`\n\n' close the fence, '|'
+    # and '------' are table syntax, '-' list markers: none of them is shown).
+    assert merged(v) == [
+        ("def", 3), (" add", 4), ("(a", 5), (",", 6), (" b", 7), ("):", 8),
+        ("   ", 9), (' """', 10),
+        ("   ", 11), (" Adds", 12), (" two", 13), (" numbers", 14), (" a", 15), (" and", 16), (" b", 17), (" and", 18),
+        (" returns", 19), (" the", 20), (" result", 21), (".", 22),
+        ("   ", 23), (' """', 24),
+        ("   ", 25), (" return", 26), (" a", 27), (" +", 28), (" b", 29),
+        ("The", 34), (" function", 35), (" ", 36), ("add", 37), (" takes", 39), (" two", 40), (" parameters", 41),
+        (",", 42), (" ", 43), ("a", 44), (" and", 46), (" ", 47), ("b", 48), (",", 49), (" and", 50), (" returns", 51),
+        (" their", 52), (" sum", 53), (".", 54),
+        ("It", 56), (" is", 57), (" a", 58), (" simple", 59), (" addition", 60), (" operation", 61), (".", 62),
+        ("Call", 64), ("Result", 66),
+        ("add", 74), ("(", 75), ("3", 76), (",", 77), (" ", 78), ("5", 79), (")", 80), ("8", 83),
+        ("add", 86), ("(", 87), ("1", 88), ("0", 89), (",", 90), (" ", 91), ("2", 92), ("0", 93), (")", 94),
+        ("3", 97), ("0", 98)]
+    blocks = block_texts(v)
+    assert "```" not in v.toPlainText()
+    code = blocks.index("def add(a, b):")
+    assert blocks[code:code + 5] == ["def add(a, b):", '    """', "    Adds two numbers a and b and returns the result.",
+                                     '    """', "    return a + b"]
+    doc = v.document()
+    items = [b.text() for b in (doc.findBlockByNumber(i) for i in range(doc.blockCount())) if b.textList()]
+    assert items == ["The function add takes two parameters, a and b, and returns their sum.",
+                     "It is a simple addition operation."]
+    cur = QTextCursor(doc)
+    cur.setPosition(next(f for f in v.token_fragments() if f.index == 64).position)
+    t = cur.currentTable()
+    assert [[t.cellAt(r, c).firstCursorPosition().block().text() for c in range(2)] for r in range(3)] == \
+        [["Call", "Result"], ["add(3, 5)", "8"], ["add(10, 20)", "30"]]
+    # Each correction's rejected draft goes before the next character shown from it on.
+    v.set_options(ViewOptions(show_rejected=True))
+    frags = list(v.token_fragments())
+    after = [(f.text, next(g.index for g in frags[i:] if g.index >= 0)) for i, f in enumerate(frags)
+             if f.mark == Mark.REJECTED]
+    assert after == [(".⏎", 18), ("⏎⏎# Facts", 34), ("Two facts", 34), (" **Bulleted", 34), (" `a", 42),
+                     (" which are", 50), (" The function is defined", 56), ("'s a simple addition", 57),
+                     ("- Two facts about", 64), ("----------|⏎", 74), (" `add", 74), (")", 93)]
+    click_link(qtbot, v, f"copy:{m.id}")
+    assert QGuiApplication.clipboard().text() == m.content
+    click_link(qtbot, v, f"copy-code:{m.id}:0")
+    assert QGuiApplication.clipboard().text() == \
+        'def add(a, b):\n    """\n    Adds two numbers a and b and returns the result.\n    """\n    return a + b\n'
+
+
+def record(target: Path, draft: Path) -> None:
+    """Writes RECORDED from a real run: `python tests/test_app_chat_view.py TARGET.gguf DRAFT.gguf`."""
+    from engine.decoding.events import DoneEvent
+    from engine.decoding.session import GenerationSettings, LoadSettings, Session
+
+    s = Session(target, str(draft), target_load=LoadSettings(n_threads=2))
+    try:
+        events = list(s.chat([{"role": "user", "content": RECORD_PROMPT}], GenerationSettings(draft_max=4, max_tokens=300)))
+    finally:
+        s.close()
+    RECORDED.parent.mkdir(exist_ok=True)
+    with open(RECORDED, "w", encoding="utf-8") as fh:
+        for e in events:
+            d = {"type": "done", "text": e.text} if isinstance(e, DoneEvent) else {**e.to_dict(), "type": e.type}
+            fh.write(json.dumps(d, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    record(Path(sys.argv[1]), Path(sys.argv[2]))
