@@ -152,6 +152,7 @@ class EngineWorker(QObject):
             if self._closing:
                 return
             self._loading = req
+        self._last_progress = ("", -1)  # a load cancelled at n% must not hide the next one's n%
         try:
             if req.cancel.is_set():  # cancelled while queued: what is loaded stays
                 self.sig_load_failed.emit(req, LoadCancelled(f"loading {Path(req.target).name} was cancelled"),
