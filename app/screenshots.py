@@ -3,7 +3,8 @@
 Run it on a real display or under Xvfb (`xvfb-run -a -s "-screen 0 1440x900x24" python -m app.screenshots ...`).
 It works in a temporary home (your chats and settings are not touched), sends one coding prompt and
 captures: the reply mid-stream with the stats panel, the finished reply with rejected drafts shown
-and a token's tooltip, the dark theme, the Models dialog (pairs and catalog) and Compare.
+and a token's tooltip, the dark theme; then a prose answer with a list, regenerated with Auto so the
+reply shows its two alternatives; the Models dialog (pairs and catalog) and Compare.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 PROMPT = ("Write a Python function is_palindrome(s) that ignores case and punctuation, "
           "with a docstring and two doctest examples.")
+LIST_PROMPT = "Give four short tips for writing readable Python, as a bulleted list with one line each."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     c.update_settings(theme=Theme.DARK)
     shot(w, "chat-dark.png")
     c.update_settings(theme=Theme.LIGHT)
+
+    # A prose answer with a list, then the same question answered again with Auto: two alternatives.
+    w._send(LIST_PROMPT)
+    spin(lambda: c.busy, 30)
+    spin(lambda: not c.busy, 900)
+    shot(w, "chat-list.png")
+    c.update_settings(draft_max="auto")
+    last = c.messages[-1]
+    w.chat.action_requested.emit("regenerate_current", last.id)
+    spin(lambda: c.busy, 30)
+    spin(lambda: not c.busy, 900)
+    shot(w, "chat-alternatives.png")
 
     from app.models.models_dialog import ModelsDialog
 
