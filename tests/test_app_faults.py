@@ -14,6 +14,7 @@ import json  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -263,3 +264,67 @@ def test_the_full_check_runs_after_a_window_that_did_not_close_and_not_after_one
     assert "damaged" in (store.notice or "") and len(set_aside_files()) == 1
     assert store.mode == StoreMode.WRITABLE and titles(store) == set()
     store.close()
+
+
+def as_another_user(fn) -> dict:
+    """Run fn() in a forked child that holds no privileges (root drops to nobody; another user
+    already has none) and return the dict it returned. A fork, not a new interpreter: the
+    interpreter may live where nobody can read it (/root/.pyenv here)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            out = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out = {"raised": f"{type(exc).__name__}: {exc}"}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.parametrize("folder_mode", [0o755, 0o777], ids=["folder-read-only", "folder-writable"])
+def test_a_history_file_without_write_permission_is_shown_read_only_and_left_untouched(folder_mode):
+    # Outside pytest's tmp folder, which only root may enter.
+    with tempfile.TemporaryDirectory(prefix="draftlight-ro-") as tmp:
+        folder = Path(tmp)
+        path = folder / "conversations.sqlite3"
+        store = ChatStore(path)
+        conv = store.new_conversation("kept chat")
+        store.add_message(conv.id, Role.USER, "hello")
+        store.close()
+        path.chmod(0o444)
+        folder.chmod(folder_mode)
+        before = digest(path)
+
+        def open_it() -> dict:
+            s = ChatStore(path)
+            got = {"mode": s.mode.value, "notice": s.notice or "",
+                   "titles": [c.title for c in s.conversations()]}
+            got["messages"] = [m.content for m in s.messages(s.conversations()[0].id)] if got["titles"] else []
+            try:
+                s.new_conversation("new")
+                got["write"] = "saved"
+            except StoreError as exc:
+                got["write"] = str(exc)
+            s.close()
+            return got
+
+        got = as_another_user(open_it)
+        folder.chmod(0o700)
+        assert "raised" not in got, got
+        assert got["mode"] == StoreMode.READ_ONLY.value, got
+        assert "read-only" in got["notice"] and "Nothing in it was changed" in got["notice"]
+        assert got["titles"] == ["kept chat"] and got["messages"] == ["hello"]
+        assert "read-only" in got["write"]
+        assert digest(path) == before

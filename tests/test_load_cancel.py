@@ -248,3 +248,27 @@ def test_closing_the_window_cancels_the_load_instead_of_waiting_for_it(qtbot, ti
     assert [type(e) for e in failures] == [LoadCancelled]
     assert max(v for _, v in seen) < 1.0  # it stopped at the next tensor, it did not run to the end
     assert not worker.holds_models and not mapped(installed["target"])
+
+
+def test_picking_another_pair_mid_load_cancels_the_old_load_quietly(qtbot, tiny, isolated_home):
+    from app.window import MainWindow
+
+    install_tiny(tiny, isolated_home)
+    w = MainWindow()
+    qtbot.addWidget(w)
+    worker = w.controller.worker
+    reached, gate, _ = hold_at(worker, "target", 0.3)
+    failures = []
+    worker.sig_load_failed.connect(lambda req, exc, _still: failures.append((req.drafter, type(exc))),
+                                   Qt.ConnectionType.DirectConnection)
+    try:
+        w.show()
+        qtbot.waitUntil(reached.is_set, timeout=LOAD_TIMEOUT_MS)
+        first = w.controller.pairing.loading
+        w.controller.update_settings(drafter="lookup")  # the person picks prompt lookup meanwhile
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)
+    assert failures == [(first.drafter, LoadCancelled)]
+    assert w.controller.loaded.request.drafter == "lookup"
+    assert not w.notice.isVisible()  # a cancel that was asked for is not an error

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.errors import ModelFileError
+from engine.errors import LoadCancelled, ModelFileError
 from engine.decoding.session import LoadSettings
 
 from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, list_models
@@ -186,6 +186,8 @@ class Pairing(QObject):
         if want is None or self.closed:
             return
         if self.loading is not None:
+            if self.loading != want:  # another pair was picked mid-load: stop loading the old one
+                self.worker.cancel_load(self.loading)
             return  # _on_loaded / _on_load_failed look again
         if self.loaded is not None and self.loaded.request == want:
             return
@@ -216,7 +218,8 @@ class Pairing(QObject):
         self.loading = None
         self.loaded = still
         self.load_error = exc
-        self.sig_notice.emit(explain(exc))
+        if not isinstance(exc, LoadCancelled):  # asked for (a switch): the state line says enough
+            self.sig_notice.emit(explain(exc))
         self.sig_load_state.emit("Not loaded" if still is None else
                                  f"Still using {still.request.target.name} + {drafter_label(still.request.drafter)}", -1)
         want = self.wanted_load()

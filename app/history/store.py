@@ -21,6 +21,7 @@ A conversation-wide leaf pointer would remember only one branch.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -288,6 +289,12 @@ class ChatStore:
                                 "in this window will not be saved.")
 
     def _open_writable(self) -> sqlite3.Connection:
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            # SQLite opens a file it may not write read-only without a word, and a current schema
+            # writes nothing at open: without this, the first failure would be the first save.
+            err = sqlite3.OperationalError("attempt to write a readonly database")
+            err.sqlite_errorname = "SQLITE_READONLY"
+            raise err
         db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_S, check_same_thread=True)
         try:
             db.execute("PRAGMA foreign_keys=ON")
@@ -340,11 +347,23 @@ class ChatStore:
             return self._memory(f"{why} It cannot be read now either, so chats in this window will not be saved.")
         self.mode = StoreMode.READ_ONLY
         self._refusal = f"{refusal}; it is open read-only"
-        self.notice = why if "read-only" in why else f"{why} Your chats are shown read-only; new ones cannot be saved."
+        self.notice = why if "shown read-only" in why else f"{why} Your chats are shown read-only; new ones cannot be saved."
         return db
 
     def _open_read_only(self) -> sqlite3.Connection:
         uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            return self._checked_read_only(uri)
+        except sqlite3.Error:
+            # A WAL file opened read-only needs its -shm beside it, which a folder we may not write
+            # cannot hold. With no -wal file the main file holds every committed row, so reading it
+            # as immutable (no locks, no -shm) shows exactly what is there.
+            if Path(f"{self.path}-wal").exists():
+                raise
+            return self._checked_read_only(uri + "&immutable=1")
+
+    @staticmethod
+    def _checked_read_only(uri: str) -> sqlite3.Connection:
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_S, check_same_thread=True)
         try:
             db.execute("PRAGMA query_only=ON")
