@@ -271,7 +271,22 @@ def main(argv: list[str] | None = None) -> int:
         w.act_highlight.trigger()
         spin(lambda: view.complete)
 
+    redraws: list[float] = []
+    render_live = view._render_live
+
+    def timed_redraw(*a):  # the view's own share of a stall: one redraw of the streaming reply
+        t = time.perf_counter()
+        out = render_live(*a)
+        redraws.append(time.perf_counter() - t)
+        return out
+
+    view._render_live = timed_redraw
+    view._live_timer.timeout.disconnect()
+    view._live_timer.timeout.connect(timed_redraw)
     replay(app, view, args, stall_while)
+    print(f"  the view's longest redraw of the streaming reply: {max(redraws, default=0) * 1000:.0f} ms "
+          f"({len(redraws)} redraws)")
+    redraws.clear()
     if real_models is not None:
         c.new_conversation()  # a fresh chat: the long one would not fit the context
         spin(lambda: not view.messages)
@@ -281,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         worst = stall_while(lambda: not c.busy, 900)
         reply = c.messages[-1]
         print(f"stream (real pair, {len(reply.tokens)} tokens): longest event-loop stall {worst:.0f} ms, "
-              f"p99 {pct(gaps, 99):.0f} ms over {len(gaps)} ticks of 5 ms")
+              f"p99 {pct(gaps, 99):.0f} ms over {len(gaps)} ticks of 5 ms; the view's longest redraw "
+              f"{max(redraws, default=0) * 1000:.0f} ms ({len(redraws)} redraws)")
+        long_gaps = [(i, g) for i, g in enumerate(gaps) if g > 50]
+        if long_gaps:
+            print(f"  gaps over 50 ms at ticks {long_gaps[:10]} of {len(gaps)}")
     print(f"longest garbage-collector pause seen: {max(gc_pauses, default=0) * 1000:.0f} ms "
           f"({len(gc_pauses)} collections)")
     w.close()

@@ -445,6 +445,7 @@ class ReplyWriter:
                         ends_.append(self.pos - origin)
                         index_.append(-1)
                         round_.append(rnd)
+                # Whitespace-only pieces carry no mark: no shaded staircase at the left edge of code.
                 mark = _MARK_OF[t.source] if highlight and not piece.isspace() else None
                 fmt = get(look, style, kind, href, mark)
                 self._emit(piece, fmt)
