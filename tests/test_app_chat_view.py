@@ -335,7 +335,7 @@ def test_a_long_chat_shows_the_newest_messages_first_then_the_older_ones_above(q
     messages = []
     for i in range(40):
         messages.append(user(2 * i + 1, f"question {i}"))
-        pieces = [f"Answer", f" {i}", ":\n\n", "-", " item", "\n\n", "```", "py", "\n", f"x = {i}", "\n```", "\n"] * 8
+        pieces = ["Answer", f" {i}", ":\n\n", "-", " item", "\n\n", "```", "py", "\n", f"x = {i}", "\n```", "\n"] * 8
         messages.append(reply(pieces, mid=2 * i + 2))
     v.show_messages(messages)
     assert not v.complete and "question 39" in v.toPlainText() and "question 0\n" not in v.toPlainText()
