@@ -77,22 +77,29 @@ class Message:
         return self.role == Role.USER or self.finish_reason is not None
 
 
+_ROUND_FIELDS = frozenset(f.name for f in fields(RoundEvent) if f.init)
+_STATS_FIELDS = frozenset(f.name for f in fields(Stats) if f.init)
+_SOURCES = {s.value: s for s in TokenSource}
+"""Opening a long chat builds one event per stored round and token (50k tokens: every microsecond
+a row counts), so the field sets and the source lookup are made once."""
+
+
 def round_from_dict(d: dict[str, Any]) -> RoundEvent:
-    names = {f.name for f in fields(RoundEvent) if f.init}
-    kw = {k: v for k, v in d.items() if k in names}
+    kw = {k: v for k, v in d.items() if k in _ROUND_FIELDS}
     for k in ("drafted", "drafted_text", "rejected", "rejected_text"):
         kw[k] = tuple(kw.get(k, ()))
     return RoundEvent(**kw)
 
 
 def stats_from_dict(d: dict[str, Any]) -> Stats:
-    names = {f.name for f in fields(Stats) if f.init}
-    kw = {k: v for k, v in d.items() if k in names}
+    kw = {k: v for k, v in d.items() if k in _STATS_FIELDS}
     kw["acceptance_by_position"] = tuple(kw.get("acceptance_by_position", ()))
     return Stats(**kw)
 
 
 def token(index: int, text: str, token_id: int, source: str, round_: int, p: float | None, q: float | None,
           runner_up: int | None = None, margin: float | None = None) -> TokenEvent:
-    return TokenEvent(text=text, token_id=token_id, source=TokenSource(source), round=round_, p=p, q=q, index=index,
-                      runner_up=runner_up, margin=margin)
+    kind = _SOURCES.get(source)
+    if kind is None:
+        raise ValueError(f"unknown token source {source!r}")  # read as an unreadable token record
+    return TokenEvent(text, token_id, kind, round_, p, q, index, runner_up, margin)
