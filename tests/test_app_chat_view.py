@@ -41,6 +41,8 @@ SHOWN = [("Here", 0), (" is", 1), (" ", 2), ("the", 3), (" code", 5), (":", 6),
 CODE = "def add(a, b):\n    return a + b\n"
 SOURCES = [TokenSource.ACCEPTED, TokenSource.ACCEPTED, TokenSource.CORRECTION, TokenSource.BONUS]
 SETTINGS = {"draft_max": 4, "temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "system_prompt": "Be brief."}
+#: A fixed instant for every message: two renders a minute apart must still read the same.
+CREATED = 1_796_000_000.0
 
 
 def source_of(i: int) -> TokenSource:
@@ -68,14 +70,14 @@ def stats(tokens: int) -> Stats:
 def reply(pieces=PIECES, mid: int = 2, finish=FinishReason.CANCELLED, **kw) -> Message:
     toks = tokens_of(pieces)
     fields = dict(target="qwen-1.5b.gguf", drafter="qwen-0.5b.gguf", tokens=toks, rounds=rounds_for(len(toks)),
-                  finish_reason=finish, stats=stats(len(toks)) if finish else None, created=time.time(),
+                  finish_reason=finish, stats=stats(len(toks)) if finish else None, created=CREATED,
                   settings=dict(SETTINGS))
     fields.update(kw)
     return Message(mid, Role.ASSISTANT, "".join(pieces) if finish else "", **fields)
 
 
 def user(mid: int = 1, text: str = "show me *add*") -> Message:
-    return Message(mid, Role.USER, text, created=time.time())
+    return Message(mid, Role.USER, text, created=CREATED)
 
 
 def make_view(qtbot, options: ViewOptions | None = None, cls=ChatView):
@@ -467,7 +469,7 @@ def load_recorded() -> Message:
         elif kind == "done":
             text = d["text"]
     return Message(2, Role.ASSISTANT, text, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                   "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", tokens, rounds, FinishReason.STOP, created=time.time(),
+                   "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", tokens, rounds, FinishReason.STOP, created=CREATED,
                    settings={"draft_max": 4, "temperature": 0.0})
 
 

@@ -22,7 +22,7 @@ from engine.decoding.session import LoadSettings
 from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, list_models
 from app.control.preferences import Preferences
 from app.control.tasks import Task, TaskState
-from app.core.background import run_in_background
+from app.core.background import disconnect_all, run_in_background
 from app.core.errors import Action, Level, Notice, explain
 from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE, AppSettings
 from app.core.worker import EngineWorker, LoadedInfo, LoadRequest
@@ -264,8 +264,4 @@ class Pairing(QObject):
             task.cancel.set()
 
     def disconnect_worker(self) -> None:
-        for sig, slot in self._links:
-            try:
-                sig.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass
+        disconnect_all(self._links)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from app.control.preferences import Preferences
+from app.core.background import disconnect_all
 from app.core.errors import Level, Notice
 from app.core.past_chats_index import PastChatsChoice, PastChatsStatus
 from app.core.settings import AppSettings
@@ -56,8 +57,4 @@ class PastChats(QObject):
         self.sig_status.emit(status)
 
     def disconnect_worker(self) -> None:
-        for sig, slot in self._links:
-            try:
-                sig.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass
+        disconnect_all(self._links)

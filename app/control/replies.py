@@ -27,6 +27,7 @@ from engine.decoding.session import GenerationSettings
 from app.control.conversations import Conversations, title_of
 from app.control.pairing import Pairing, drafter_label, pair_problem
 from app.control.preferences import Preferences
+from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
 from app.core.settings import AUTO, AppSettings
 from app.core.settings import _coerce as settings_from_dict
@@ -417,11 +418,7 @@ class Replies(QObject):
     # -- closing ---------------------------------------------------------------------------------
     def disconnect_worker(self) -> None:
         self._flush_timer.stop()
-        for sig, slot in self._links:
-            try:
-                sig.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass
+        disconnect_all(self._links)
 
     def close(self) -> None:
         """After the engine thread ended or was left behind: a reply whose end never came is kept as

@@ -68,3 +68,12 @@ def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
     relay = _Relay(on_done, on_failed)  # created on the GUI thread
     _alive.add(relay)
     QThreadPool.globalInstance().start(_Job(fn, relay))
+
+
+def disconnect_all(links) -> None:
+    """Undo (signal, slot) connections, skipping any Qt already dropped (an object already deleted)."""
+    for sig, slot in links:
+        try:
+            sig.disconnect(slot)
+        except (RuntimeError, TypeError):
+            pass

@@ -16,7 +16,7 @@ from engine.frontends.options import (
     add_history_options, add_model_options, add_sampling_options, draft_load_settings, generation_settings,
     history_cap_bytes, load_settings,
 )
-from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
+from engine.decoding.events import DoneEvent, TokenEvent, TokenSource
 
 EXIT_BAD_INPUT = 2
 
