@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send  # noqa: E402
+from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send, write_old_history  # noqa: E402
 
 from app.history.records import Role  # noqa: E402
 from app.history.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
@@ -157,12 +157,7 @@ def test_a_newer_schema_is_opened_read_only_and_never_changed(qtbot, tiny, isola
 
 
 def test_a_crash_between_the_upgrades_steps_leaves_the_old_file_which_upgrades_next_time():
-    path = database_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = sqlite3.connect(path)
-    old.executescript(SCHEMA_1)
-    old.commit()
-    old.close()
+    path = write_old_history(SCHEMA_1)
     crash = subprocess.run([sys.executable, str(HERE / "fault_store.py"), "crash-migration", str(path)],
                            capture_output=True, text=True, cwd=HERE.parent, timeout=120)
     assert crash.returncode == -9 and "killing" in crash.stdout, crash.stderr

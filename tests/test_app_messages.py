@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
-                              open_window, send)
+                              open_window, send, write_old_history)
 
 from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.input_box import EDIT_HINT  # noqa: E402
@@ -318,12 +318,7 @@ def test_the_history_sent_is_the_shown_path_only(qtbot, tiny, isolated_home):
 
 
 def test_a_schema_2_file_is_migrated_each_message_following_the_previous_one_of_its_chat():
-    path = database_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = sqlite3.connect(path)
-    old.executescript(SCHEMA_2)
-    old.commit()
-    old.close()
+    path = write_old_history(SCHEMA_2)
     store = ChatStore()
     assert store.notice is None and store.mode == StoreMode.WRITABLE
     with sqlite3.connect(path) as db:

@@ -13,7 +13,7 @@ from app.history.reply_stats import ReplyStats, pace, verdict
 from app.core.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.history.store import ChatStore, database_path
 from app.core.theme import Theme
-from test_app_support import SCHEMA_1
+from test_app_support import SCHEMA_1, write_old_history
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
@@ -181,12 +181,7 @@ def test_errors_become_notices_that_say_what_to_do():
 
 
 def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
-    path = database_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = sqlite3.connect(path)
-    old.executescript(SCHEMA_1)
-    old.commit()
-    old.close()
+    path = write_old_history(SCHEMA_1)
     store = ChatStore()
     assert store.notice is None  # upgraded, not set aside
     reply = store.messages(1)[1]

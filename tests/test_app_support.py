@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import shutil  # noqa: E402
+import sqlite3  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from app.history.records import Role  # noqa: E402
@@ -34,6 +35,19 @@ SCHEMA_1 = """
     INSERT INTO messages (id, conversation_id, role, content, created, finish_reason) VALUES (2, 1, 'assistant', 'yo', 0, 'cancelled');
     INSERT INTO tokens VALUES (2, 0, 'yo', 42, 'accepted', 1, 0.9, 0.8);
 """
+
+
+def write_old_history(schema_sql: str) -> Path:
+    """The history file as an older Draftlight left it (its schema and rows as SQL); returns its path."""
+    from app.history.store import database_path
+
+    path = database_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(path)
+    old.executescript(schema_sql)
+    old.commit()
+    old.close()
+    return path
 
 
 def install_tiny(tiny: dict[str, Path], home: Path, **settings) -> dict[str, Path]:
