@@ -60,8 +60,6 @@ class AppSettings:
     """Colour tokens by source."""
     show_rejected: bool = False
     """Show rejected draft tokens, struck through, before their correction."""
-    rendered: bool = False
-    """Show finished replies as rendered Markdown instead of the token view."""
     first_run_done: bool = False
     """The first-run offer of the default pair was shown."""
     window_geometry: str = ""
