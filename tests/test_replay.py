@@ -16,8 +16,8 @@ import pytest
 from engine.decoding.events import RoundEvent, TokenEvent
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
 from engine.decoding.replay import (
-    K_MAX, PROFILES, CostProfile, Trace, auto_policy, best_fixed, fixed_policy, load_traces, measured_profile,
-    record_trace, simulate,
+    K_MAX, PROFILES, REGIME, SYNTHETIC, CostProfile, Trace, all_cases, auto_policy, best_fixed, compare, fixed_policy,
+    load_traces, record_trace, recorded_profile, simulate,
 )
 from engine.decoding.session import GenerationSettings, Session
 
@@ -67,37 +67,11 @@ def test_replay_predicts_every_round_of_the_live_engine(live, tiny, spec, k):
 
 
 # -- the goals -------------------------------------------------------------------------------------------
-def synthetic(name: str, segments: list[tuple[float, int]], seed: int = 0) -> Trace:
-    """A model drafter whose next-token guesses are right with probability p, segment by segment."""
-    rng = np.random.default_rng(seed)
-    bits = "".join("1" if rng.random() < p else "0" for p, n in segments for _ in range(n))
-    return Trace(name, "synthetic", bits)
-
-
-SYNTHETIC = [synthetic(f"p={p} seed={s}", [(p, 500)], s) for p in (0.2, 0.35, 0.5, 0.65, 0.8, 0.95) for s in (0, 1)]
-REGIME = synthetic("regime", [(0.2, 400), (0.9, 800), (0.2, 400)])
-
-
 def recorded() -> tuple[CostProfile | None, list[Trace]]:
     if not RECORDED.exists():
         return None, []
     head, traces = load_traces(RECORDED)
-    here = measured_profile("this machine", {int(n): v for n, v in head["verify_ms"].items()}, head["draft_ms"],
-                            {int(n): v for n, v in head["catchup_ms"].items()})
-    return here, traces
-
-
-def cases():
-    here, traces = recorded()
-    profiles = dict(PROFILES)
-    if here is not None:
-        profiles["this machine"] = here
-    for pname, profile in profiles.items():
-        for t in [*SYNTHETIC, REGIME]:
-            yield pname, profile, t, "model"
-        for t in traces:
-            for drafter in ("model", "lookup", "lookup+model"):
-                yield pname, profile, t, drafter
+    return recorded_profile(head), traces
 
 
 def test_recorded_traces_are_in_the_repository():
@@ -109,11 +83,9 @@ def test_recorded_traces_are_in_the_repository():
 def replay_all() -> list[tuple[str, float, float, int]]:
     """(case, Auto / best fixed k, Auto / plain, best k) for every trace, profile and drafter."""
     out = []
-    for pname, profile, trace, drafter in cases():
-        auto = simulate(trace, profile, auto_policy(drafter), drafter)
-        plain = simulate(trace, profile, fixed_policy(0), drafter)
-        k, best = best_fixed(trace, profile, drafter)
-        out.append((f"{pname} / {trace.name} / {drafter}", auto.rate / best.rate, auto.rate / plain.rate, k))
+    for case in all_cases(RECORDED):
+        c = compare(*case)
+        out.append((f"{c.profile} / {c.case}", c.vs_best, c.vs_plain, c.best_k))
     return out
 
 

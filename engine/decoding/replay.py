@@ -200,6 +200,59 @@ def best_fixed(trace: Trace, profile: CostProfile, drafter: str) -> tuple[int, S
     return max(runs, key=lambda kr: kr[1].rate)
 
 
+# -- the cases Auto is held to (tests/test_replay.py, scripts/replay_report.py) -------------------------
+def synthetic(name: str, segments: list[tuple[float, int]], seed: int = 0) -> Trace:
+    """A model drafter whose next-token guesses are right with probability p, segment by segment."""
+    rng = np.random.default_rng(seed)
+    bits = "".join("1" if rng.random() < p else "0" for p, n in segments for _ in range(n))
+    return Trace(name, "synthetic", bits)
+
+
+SYNTHETIC = [synthetic(f"p={p} seed={s}", [(p, 500)], s) for p in (0.2, 0.35, 0.5, 0.65, 0.8, 0.95) for s in (0, 1)]
+#: Acceptance 0.2 -> 0.9 at token 400 and back at token 1200.
+REGIME = synthetic("regime", [(0.2, 400), (0.9, 800), (0.2, 400)])
+REGIME_CHANGES = ((400, 1200, 0.9), (1200, 1600, 0.2))
+"""(token where the acceptance changes, token where the segment ends, the new acceptance)."""
+
+
+def recorded_profile(head: dict) -> CostProfile:
+    """This machine as measured when the traces were recorded (a traces file's first line)."""
+    return measured_profile("this machine", {int(n): v for n, v in head["verify_ms"].items()}, head["draft_ms"],
+                            {int(n): v for n, v in head["catchup_ms"].items()})
+
+
+def all_cases(traces_path: Path | None) -> list[tuple[str, CostProfile, Trace, str]]:
+    """(profile name, profile, trace, drafter) over every profile, the synthetic traces (model
+    drafter) and the recorded ones (model, lookup and both)."""
+    profiles, traces = dict(PROFILES), []
+    if traces_path is not None and Path(traces_path).exists():
+        head, traces = load_traces(traces_path)
+        profiles["this machine"] = recorded_profile(head)
+    out = []
+    for pname, profile in profiles.items():
+        out += [(pname, profile, t, "model") for t in [*SYNTHETIC, REGIME]]
+        out += [(pname, profile, t, d) for t in traces for d in ("model", "lookup", "lookup+model")]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Auto on one case against plain decoding and the best fixed k in hindsight."""
+
+    profile: str
+    case: str
+    vs_best: float
+    vs_plain: float
+    best_k: int
+
+
+def compare(pname: str, profile: CostProfile, trace: Trace, drafter: str) -> Comparison:
+    auto = simulate(trace, profile, auto_policy(drafter), drafter)
+    plain = simulate(trace, profile, fixed_policy(0), drafter)
+    k, best = best_fixed(trace, profile, drafter)
+    return Comparison(pname, f"{trace.name} / {drafter}", auto.rate / best.rate, auto.rate / plain.rate, k)
+
+
 # -- recording ----------------------------------------------------------------------------------------
 def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[int], reply: Sequence[int],
                  drafter_model=None) -> Trace:
