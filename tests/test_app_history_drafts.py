@@ -11,6 +11,8 @@ import os
 import sqlite3
 from collections import Counter, defaultdict
 
+import numpy as np
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
@@ -19,7 +21,16 @@ from test_app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window
 
 from app.core.settings import AppSettings, load_settings  # noqa: E402
 from app.history.store import database_path  # noqa: E402
-from engine.decoding.history_index import MAX_CONTEXT, HistoryIndex, default_folder, index_path, vocab_fingerprint  # noqa: E402
+from engine.decoding.history_index import (  # noqa: E402
+    FORMAT,
+    MAX_CONTEXT,
+    TOKEN_BITS,
+    VERSION,
+    HistoryIndex,
+    default_folder,
+    index_path,
+    vocab_fingerprint,
+)
 from engine.decoding.llama_backend import LlamaModel, LoadSettings  # noqa: E402
 
 #: The tiny models' chat template, written out for one question (tests/tiny_models.py CHATML).
@@ -230,3 +241,67 @@ def test_compare_leaves_past_chats_out_and_says_so(qtbot, tiny, isolated_home):
     assert any(r.drafter == "history" for r in again.rounds.values())
     status = status_until(qtbot, w, lambda s: " repl" in s.summary and " 2 repl" not in s.summary)
     assert "from 3 replies in 3 chats" in status.summary
+
+
+def write_index_file(path, fingerprint: str, keys: np.ndarray, counts: np.ndarray, serial: int) -> None:
+    """An index file as the format describes it (an .npz with a JSON header), written here by hand."""
+    meta = {"format": FORMAT, "version": VERSION, "fingerprint": fingerprint, "serial": serial,
+            "max_context": MAX_CONTEXT, "token_bits": TOKEN_BITS}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    empty = np.empty(0, np.uint64)
+    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), keys=keys, counts=counts,
+             last=np.full(len(keys), serial, np.uint32), conv_ids=empty, conv_lens=np.empty(0, np.uint32),
+             conv_hashes=empty)
+
+
+def test_the_cap_is_set_in_the_popover_shrinks_the_file_at_once_and_survives_a_restart(qtbot, tiny, isolated_home):
+    installed = install_tiny(tiny, isolated_home, drafter="lookup", history_drafts=True)
+    fp, _ = model_facts(installed["target"], "")
+    path = index_path(folder(), fp)
+    n = 2**20  # 16 bytes an entry: 16 MB
+    keys = np.arange(n, dtype=np.uint64) * np.uint64(5) + np.uint64(3)
+    counts = (np.random.default_rng(7).permutation(n) + 1).astype(np.uint32)  # 1..n, every one once
+    write_index_file(path, fp, keys, counts, serial=5)
+    w = open_window(qtbot)
+    popover = w.bar.sampling
+    status = status_until(qtbot, w, counted(5))
+    assert status.summary == "1,048,576 n-grams from 5 replies in 0 chats, 16.0 MB of 64 MB"
+    assert popover.history_cap.currentText() == "64 MB"
+    assert popover.history_cap.accessibleName() == "Most space for past chats"
+    assert "16.0 MB of 64 MB" in popover.history_cap.accessibleDescription()
+    assert [popover.history_cap.itemText(i) for i in range(popover.history_cap.count())] == [
+        "8 MB", "16 MB", "32 MB", "64 MB", "128 MB", "256 MB", "512 MB"]
+    loaded = w.controller.loaded
+
+    popover.popup_under(w.bar.sampling_button)
+    popover.history_cap.setFocus()
+    qtbot.keyClick(popover.history_cap, Qt.Key.Key_Home)  # the first choice, 8 MB
+    # 8 MB hold 524,288 entries; an eviction keeps 90% of that, 471,859, the most counted.
+    status = status_until(qtbot, w, lambda s: s.cap_mb == 8)
+    assert status.summary == "471,859 n-grams from 5 replies in 0 chats, 7.2 MB of 8 MB"
+    assert w.controller.settings.history_cap_mb == 8
+    assert w.controller.loaded is loaded  # applied without loading the models again
+    assert "7.2\u00a0MB of 8\u00a0MB" in popover.history_status.text()  # each size kept on one line
+    assert path.stat().st_size <= 8 * 2**20  # the file shrank at once, before any reply
+    kept = counts > n - 471_859
+    with np.load(path) as z:
+        assert np.array_equal(z["keys"], keys[kept]) and np.array_equal(z["counts"], counts[kept])
+    w.close()
+    assert load_settings()[0].history_cap_mb == 8
+
+    w2 = open_window(qtbot)
+    assert w2.bar.sampling.history_cap.currentText() == "8 MB"
+    status = status_until(qtbot, w2, counted(5))
+    assert status.summary == "471,859 n-grams from 5 replies in 0 chats, 7.2 MB of 8 MB"
+
+
+def test_a_cap_from_the_settings_file_not_on_the_list_is_shown_in_order(qtbot):
+    from app.models.sampling_popover import SamplingPopover
+
+    popover = SamplingPopover()
+    qtbot.addWidget(popover)
+    popover.set_values(AppSettings(history_cap_mb=100))
+    cap = popover.history_cap
+    assert [cap.itemText(i) for i in range(cap.count())] == [
+        "8 MB", "16 MB", "32 MB", "64 MB", "100 MB", "128 MB", "256 MB", "512 MB"]
+    assert cap.currentText() == "100 MB" and popover.choice().history_cap_mb == 100

@@ -102,6 +102,8 @@ class PastChatsIndex:
             return
         self._notes.extend(index.notes)
         self.index = index
+        if index.evicted:  # saved under a higher cap: the file shrinks now, not at the next reply
+            self._write(index)
 
     def detach(self, session: Session | None) -> None:
         """Save what is unsaved and close the index (`session`: stop drafting from it)."""
@@ -128,9 +130,10 @@ class PastChatsIndex:
             self.save()
 
     def save(self) -> None:
-        index = self.index
-        if index is None or not index.dirty:
-            return
+        if self.index is not None and self.index.dirty:
+            self._write(self.index)
+
+    def _write(self, index: HistoryIndex) -> None:
         try:
             index.save()
             self._unsaved = 0

@@ -1,5 +1,5 @@
 """A popover under the 'Sampling' button: temperature, top-k, top-p, min-p, seed, max tokens, system prompt,
-and drafting from past chats (opt-in) with a way to forget them."""
+and drafting from past chats (opt-in) with its size cap and a way to forget them."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -8,9 +8,11 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
+    QHBoxLayout,
     QLabel,
     QMessageBox,
     QPlainTextEdit,
@@ -22,6 +24,9 @@ from PySide6.QtWidgets import (
 
 from app.core.past_chats_index import PastChatsStatus
 from app.core.settings import AppSettings
+
+#: Caps offered for the index of past chats, in MB (the settings file may hold another: it is shown too).
+CAP_CHOICES_MB = (8, 16, 32, 64, 128, 256, 512)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class SamplingChoice:
     """Sent first (empty: none)."""
     history_drafts: bool
     """Prompt lookup also drafts from an index of past chats."""
+    history_cap_mb: int
+    """Most megabytes that index may hold."""
 
     def changes(self) -> dict[str, Any]:
         """As keyword arguments for the settings (the field names are the same)."""
@@ -112,7 +119,8 @@ class SamplingPopover(QFrame):
         for w, name in ((self.temperature, "Temperature"), (self.top_k, "Top-k"), (self.top_p, "Top-p"),
                         (self.min_p, "Min-p"), (self.seed, "Seed"), (self.max_tokens, "Max tokens"),
                         (self.system_prompt, "System prompt"), (close, "Done"),
-                        (self.history_drafts, "Draft from past chats"), (self.forget, "Forget past chats")):
+                        (self.history_drafts, "Draft from past chats"), (self.forget, "Forget past chats"),
+                        (self.history_cap, "Most space for past chats")):
             w.setAccessibleName(name)
         for w in (self.temperature, self.top_p, self.min_p):
             w.valueChanged.connect(self._emit)
@@ -120,6 +128,7 @@ class SamplingPopover(QFrame):
             w.valueChanged.connect(self._emit)
         self.system_prompt.textChanged.connect(self._emit)
         self.history_drafts.toggled.connect(self._emit)
+        self.history_cap.currentIndexChanged.connect(self._emit)
         self.forget.clicked.connect(self._confirm_forget)
         self._loading = False
 
@@ -132,13 +141,28 @@ class SamplingPopover(QFrame):
         self.history_status.setObjectName("past_chats_status")
         self.forget = QPushButton("Forget past chats…")
         self.forget.setToolTip("Delete the index of past chats from the data folder (your chats stay)")
+        # A list, not a spin box: each step of a spin box would save and reopen the index.
+        self.history_cap = QComboBox()
+        for mb in CAP_CHOICES_MB:
+            self.history_cap.addItem(f"{mb} MB", mb)
+        self._select_cap(AppSettings().history_cap_mb)
+        self.history_cap.setToolTip(
+            "Most space the index of past chats may take, in memory and on disk (per model vocabulary). "
+            "Lower than what is stored, the n-grams used least are dropped at once.")
+        cap_label = QLabel("Keep at most")
+        cap_label.setBuddy(self.history_cap)
+        cap_row = QHBoxLayout()
+        cap_row.addWidget(cap_label)
+        cap_row.addWidget(self.history_cap)
+        cap_row.addStretch(1)
+        cap_row.addWidget(self.forget)
         line = QFrame()
         line.setFrameShape(QFrame.Shape.HLine)
         line.setFrameShadow(QFrame.Shadow.Sunken)
         lay.addWidget(line)
         lay.addWidget(self.history_drafts)
         lay.addWidget(self.history_status)
-        lay.addWidget(self.forget, alignment=Qt.AlignmentFlag.AlignLeft)
+        lay.addLayout(cap_row)
         self._explain_past_chats()
 
     def show_past_chats(self, status: PastChatsStatus) -> None:
@@ -147,7 +171,8 @@ class SamplingPopover(QFrame):
         text = status.summary
         if status.open and not status.drafting:
             text += " Drafts from it only with prompt lookup as the drafter; replies are still counted."
-        self.history_status.setText(text)
+        self.history_status.setText(text.replace(" MB", "\u00a0MB").replace(" KB", "\u00a0KB"))  # a size on one line
+        self.history_cap.setAccessibleDescription(status.summary)  # what is stored now, beside the cap
         self._explain_past_chats()
 
     def _explain_past_chats(self) -> None:
@@ -188,6 +213,7 @@ class SamplingPopover(QFrame):
             if self.system_prompt.toPlainText() != s.system_prompt:
                 self.system_prompt.setPlainText(s.system_prompt)
             self.history_drafts.setChecked(s.history_drafts)
+            self._select_cap(s.history_cap_mb)
         finally:
             self._loading = False
 
@@ -195,7 +221,15 @@ class SamplingPopover(QFrame):
         seed = self.seed.value()
         return SamplingChoice(self.temperature.value(), self.top_k.value(), self.top_p.value(), self.min_p.value(),
                               None if seed < 0 else seed, self.max_tokens.value(), self.system_prompt.toPlainText(),
-                              self.history_drafts.isChecked())
+                              self.history_drafts.isChecked(), int(self.history_cap.currentData()))
+
+    def _select_cap(self, mb: int) -> None:
+        """Show `mb`, adding it in order when the settings file holds a cap not offered."""
+        at = self.history_cap.findData(mb)
+        if at < 0:
+            at = sum(1 for i in range(self.history_cap.count()) if self.history_cap.itemData(i) < mb)
+            self.history_cap.insertItem(at, f"{mb} MB", mb)
+        self.history_cap.setCurrentIndex(at)
 
     def _emit(self, *_args) -> None:
         if not self._loading:
