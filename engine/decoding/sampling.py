@@ -201,9 +201,13 @@ def softmax_prob(logits: np.ndarray, token: int) -> float:
 
 
 def top_prob(logits: np.ndarray) -> tuple[int, float]:
-    """The argmax token and its softmax probability."""
-    tok = int(np.argmax(logits))
-    return tok, softmax_prob(logits, tok)
+    """The argmax token and its softmax probability: the argmax's logit is the top, so one
+    full-row pass (the max) fewer than softmax_prob. The exponentials stay exact over the whole
+    row: on real rows of the 1.5B target, skipping chunks far below the top with a proven error
+    below 1e-4 still had to keep 1-80% of them (median ~30%), too little to be worth it."""
+    row = np.asarray(logits)
+    tok = int(np.argmax(row))
+    return tok, 1.0 / float(_exp_below(row, row[tok]).sum(dtype=np.float64))
 
 
 def accept_draft_token(p: Distribution, q: Distribution | None, token: int, rng: np.random.Generator) -> bool:
