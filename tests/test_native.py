@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,13 @@ def test_llama_bench_reports_the_tests_asked_for(tools, tiny):
     assert "--repack" in report.command and report.command[report.command.index("--repack") + 1] == "0"
 
 
+def test_llama_bench_generates_from_a_depth_like_a_reply_after_its_prompt(tools, tiny):
+    report = native.llama_bench(tools, tiny["target"], threads=THREADS, n_gen=8, repeats=1, repack=False, depth=40)
+    assert report.tg is not None and (report.tg.n_tokens, report.tg.depth) == (8, 40)
+    assert report.command[report.command.index("-d") + 1] == "40"
+    assert "-d" not in native.llama_bench(tools, tiny["target"], threads=THREADS, n_gen=4, repeats=1, repack=False).command
+
+
 def test_target_as_its_own_drafter_accepts_everything_and_matches_plain_greedy(tools, tiny, tmp_path, plain_session):
     r = native.speculative(tools, tiny["target"], prompt_file(tmp_path, PLAIN_PROMPT), n_predict=N_PREDICT,
                            threads=THREADS, drafter=tiny["target"], draft_max=4, ctx_size=1024, repack=False)
@@ -195,3 +203,22 @@ def test_environment_variable_points_at_another_folder(tmp_path, monkeypatch):
         native.locate()
     monkeypatch.delenv("DRAFTLIGHT_NATIVE_DIR")
     assert native.default_dir().name == ".native" and os.path.isabs(native.default_dir())
+
+
+def test_bench_compares_plain_decoding_with_llama_bench_from_where_replies_start(tools, tiny, tmp_path, plain_session):
+    import json
+    import subprocess
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"category": "chat", "messages": CHAT_MESSAGES}) + "\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "engine", "bench", "--target", str(tiny["target"]), "--draft", "lookup",
+                        "--prompts", str(prompts), "--max-tokens", "8", "--repeats", "1", "--threads", str(THREADS),
+                        "--native", str(tools.bench.parent), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "report.json").read_text())["meta"]["native"]
+    # The chat as the tools read it, written out by hand above: replies start after its last token.
+    assert meta["depth"] == len(plain_session.target.tokenize(CHAT_RENDERED, parse_special=True))
+    assert f"-d {meta['depth']}" in meta["command"] and meta["plain_ratio"] > 0
+    assert f"from {meta['depth']} tokens into the context" in (out / "report.md").read_text()

@@ -72,7 +72,7 @@ def cmd_bench(args) -> int:
     try:
         for v in variants:  # load and check every drafter before the long run starts
             session.set_drafter(v.draft)
-        native = _native_baseline(args, session) if args.native else None
+        native = _native_baseline(args, session, prompts) if args.native else None
         head_to_head = _native_modes(args, variants) if args.native and args.native_modes else None
         histories, history_meta = _histories(args, session, prompts) if any(v.history for v in variants) else (None, None)
         results = run_bench(session, prompts, variants, args.max_tokens, args.repeats, native=head_to_head,
@@ -124,16 +124,21 @@ def _histories(args, session, prompts):
     return indexes, meta
 
 
-def _native_baseline(args, session) -> dict:
-    """llama.cpp's own llama-bench tg on the same model and threads, repacking as the engine has it."""
+def _native_baseline(args, session, prompts) -> dict:
+    """llama.cpp's own llama-bench tg on the same model and threads, repacking as the engine has it,
+    generating from the median prompt's length on (-d), where the benchmark's replies start."""
+    import statistics
+
     from engine.decoding.llama_backend import use_extra_buffers
     from engine.frontends import native
 
     tools = native.locate(args.native)
+    depth = int(statistics.median(len(session.render(p.messages).tokens) for p in prompts))
     rep = native.llama_bench(tools, session.target.path, threads=session.target.n_threads, n_gen=args.max_tokens,
-                             repack=use_extra_buffers(None))
+                             repack=use_extra_buffers(None), depth=depth)
     tg = [t for t in rep.tests if t.kind == "tg"]
-    return {"tg_tokens_per_s": tg[0].tokens_per_s, "command": " ".join(str(c) for c in rep.command[:1]) + " "
+    return {"tg_tokens_per_s": tg[0].tokens_per_s, "depth": tg[0].depth,
+            "command": " ".join(str(c) for c in rep.command[:1]) + " "
             + " ".join(str(c) for c in rep.command[1:]).replace(str(session.target.path), session.target.path.name)}
 
 

@@ -68,6 +68,8 @@ class BenchTest:
     """Standard deviation of tokens/s over the repetitions."""
     samples: tuple[float, ...]
     """Tokens/s of each repetition."""
+    depth: int = 0
+    """Tokens already in the context when the test starts (llama-bench -d)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +190,11 @@ def llama_bench(
     repeats: int = 2,
     repack: bool | None = None,
     timeout: float = 1800,
+    depth: int = 0,
 ) -> BenchReport:
-    """Plain decoding speed (tg, `n_gen` tokens) and, when `n_prompt` > 0, prompt speed (pp)."""
+    """Plain decoding speed (tg, `n_gen` tokens) and, when `n_prompt` > 0, prompt speed (pp),
+    starting `depth` tokens into the context: a reply is generated after its prompt, and attention
+    costs more the longer the context, so tg at depth 0 flatters a comparison with a chat."""
     if n_gen <= 0 and n_prompt <= 0:
         raise EngineError("llama-bench needs n_gen or n_prompt above 0")
     repack = default_repack() if repack is None else repack
@@ -197,7 +202,7 @@ def llama_bench(
     cmd = [
         str(tools.bench), "-m", str(model), "-t", str(threads), "-n", str(n_gen), "-p", str(n_prompt),
         "-r", str(repeats), "--repack", "1" if repack else "0", "-o", "json",
-    ]
+    ] + (["-d", str(depth)] if depth else [])
     out = _run(cmd, timeout, repack)
     return parse_bench_json(out.stdout, model=Path(model), threads=threads, repack=repack, command=tuple(cmd))
 
@@ -212,7 +217,8 @@ def parse_bench_json(stdout: str, *, model: Path, threads: int, repack: bool, co
             if not kind:
                 continue  # a combined pp+tg test: not asked for here
             samples = tuple(float(s) for s in row.get("samples_ts", ()))
-            tests.append(BenchTest(kind, n, float(row["avg_ts"]), float(row.get("stddev_ts", 0.0)), samples))
+            tests.append(BenchTest(kind, n, float(row["avg_ts"]), float(row.get("stddev_ts", 0.0)), samples,
+                                   int(row.get("n_depth", 0))))
             build = f"{row.get('build_commit', '?')} ({row.get('build_number', '?')})"
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise EngineError(f"llama-bench printed something other than its JSON report ({exc}): {_tail(stdout)}") from None
