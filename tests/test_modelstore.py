@@ -177,3 +177,90 @@ def test_the_real_pair_pairs_without_warning(real_pair):
 
 def test_default_pair_is_none_until_installed(folder):
     assert installed_pair() is None
+
+
+def _reachable(root, limit: int = 100_000) -> list:
+    """Every object reachable from `root` (closures and cells included), as the garbage collector sees them."""
+    import gc
+
+    seen, todo, out = set(), [root], []
+    while todo and len(out) < limit:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        out.append(o)
+        if not isinstance(o, type):  # classes lead to their modules and everything else
+            todo.extend(gc.get_referents(o))
+    return out
+
+
+def test_the_pairing_cache_keeps_digests_not_the_token_list(tiny):
+    target, drafter = tiny["target"], tiny["drafter"]
+    assert modelstore.pair_reasons(target, drafter) == []
+    for path in (target, drafter):
+        size, mtime, held = modelstore._vocab_cache[str(path.absolute())]
+        assert (size, mtime) == (path.stat().st_size, path.stat().st_mtime_ns)
+        objects = _reachable(held)
+        assert not any(isinstance(o, str) and o in {"\u2581speculative", "\u2581hello", "<0x41>"} for o in objects)
+        assert not any(isinstance(o, (list, tuple, dict)) and len(o) > 16 for o in objects)
+        # 523 tokens, compared from id 5: a 16-byte digest for each length from 523 - 128 to 523.
+        assert held.n_vocab == 523 and len(held.tail) == 129 * 16
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory):
+    """Vocabularies of 523 + extra tokens ('▁extra0', ...), some with one token renamed."""
+    import tiny_models
+
+    d = tmp_path_factory.mktemp("sized")
+    real = tiny_models.vocabulary
+
+    def write(name: str, extra: int, renamed: int | None = None):
+        def vocabulary(spec):
+            tokens, scores, types = real(spec)
+            if renamed is not None:
+                tokens[renamed] = "\u2581renamed"
+            return tokens, scores, types
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tiny_models, "vocabulary", vocabulary)
+            return write_tiny_model(d / f"{name}.gguf", replace(DRAFTER, name=name, extra_tokens=extra))
+
+    return {
+        "100": write("e100", 100),  # 623 tokens
+        "60": write("e60", 60),  # 583 tokens
+        "60, last renamed": write("e60-last", 60, renamed=582),
+        "100, 600 renamed": write("e100-600", 100, renamed=600),
+        "100, 5 renamed": write("e100-5", 100, renamed=5),
+    }
+
+
+@pytest.mark.parametrize(("target", "drafter", "reasons"), [
+    ("100", "60", []),  # compared up to the shorter list: equal
+    ("60", "100", []),
+    ("100", "60, last renamed",
+     ["token 582 differs (target b'\\xe2\\x96\\x81extra59', drafter b'\\xe2\\x96\\x81renamed')"]),
+    ("60, last renamed", "100",
+     ["token 582 differs (target b'\\xe2\\x96\\x81renamed', drafter b'\\xe2\\x96\\x81extra59')"]),
+    ("60", "100, 600 renamed", []),  # beyond the shorter list: not compared
+    ("100", "100, 600 renamed",
+     ["token 600 differs (target b'\\xe2\\x96\\x81extra77', drafter b'\\xe2\\x96\\x81renamed')"]),
+    ("100", "100, 5 renamed", ["token 5 differs (target b'<0x00>', drafter b'\\xe2\\x96\\x81renamed')"]),
+])
+def test_pairs_of_different_sizes_are_judged_up_to_the_shorter_vocabulary(sized, target, drafter, reasons):
+    for _ in range(2):  # the second time from the cache
+        assert modelstore.pair_reasons(sized[target], sized[drafter]) == reasons
+
+
+def test_a_drafter_file_replaced_in_place_is_judged_again(tiny, tmp_path):
+    drafter = tmp_path / "drafter.gguf"
+    shutil.copy(tiny["drafter"], drafter)
+    assert modelstore.pair_reasons(tiny["target"], drafter) == []
+    shutil.copy(tiny["other-vocab"], drafter)
+    st = drafter.stat()
+    os.utime(drafter, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new mtime even on a coarse clock
+    assert modelstore.pair_reasons(tiny["target"], drafter) == ["token 261 differs (target b'a', drafter b'A')"]
+    shutil.copy(tiny["drafter"], drafter)
+    os.utime(drafter, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    assert modelstore.pair_reasons(tiny["target"], drafter) == []

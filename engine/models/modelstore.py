@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.decoding.compat import Vocab, incompatibilities, vocab_of_file
+from engine.decoding.compat import (
+    CHECK_START_TOKEN_ID,
+    MAX_VOCAB_SIZE_DIFFERENCE,
+    Vocab,
+    incompatibilities,
+    vocab_of_file,
+)
 from engine.errors import EngineError, ModelFileError
 from engine.gguf_check import GGUFInfo, validate_gguf
 
@@ -211,7 +217,8 @@ def sha256_of(path: Path, progress: Callable[[int, int], None] | None = None) ->
 
 # -- records --------------------------------------------------------------------------------------
 _info_cache: dict[str, tuple[int, int, GGUFInfo]] = {}
-_vocab_cache: dict[str, tuple[int, int, Vocab]] = {}
+_vocab_cache: dict[str, tuple[int, int, "TokenDigests"]] = {}
+_text_reasons: dict[tuple[str, str], tuple[tuple, list[str]]] = {}  # pairs whose token text differs: why
 
 
 def _info(path: Path) -> GGUFInfo:
@@ -368,24 +375,86 @@ def _facts_only(info: GGUFInfo) -> Vocab:
     return replace(v, n_vocab=info.vocab_size, text=lambda _i: b"")  # texts compare equal in this first pass
 
 
-def _full_vocab(path: Path) -> Vocab:
+@dataclass(frozen=True, slots=True)
+class TokenDigests:
+    """What pairing needs to know of a file's token list, kept instead of the list (for a Qwen vocabulary
+    ~12 MB of strings): digests of the token text from CHECK_START_TOKEN_ID up to each length the file
+    can be compared at. Two files are compared up to the shorter one's length, which the facts check
+    lets be at most MAX_VOCAB_SIZE_DIFFERENCE below the longer one's."""
+
+    n_vocab: int
+    """Tokens in the list."""
+    first: int
+    """The shortest length with a digest."""
+    tail: bytes
+    """DIGEST_BYTES per length from `first` to `n_vocab`."""
+
+    DIGEST_BYTES = 16
+
+    @classmethod
+    def of(cls, tokens: list[str]) -> "TokenDigests":
+        n, size = len(tokens), cls.DIGEST_BYTES
+        first = max(CHECK_START_TOKEN_ID, n - MAX_VOCAB_SIZE_DIFFERENCE)
+        h = hashlib.blake2b(digest_size=size)
+        tail = bytearray()
+        for i in range(CHECK_START_TOKEN_ID, n + 1):
+            if i >= first:
+                tail += h.digest()
+            if i < n:
+                text = tokens[i].encode("utf-8")
+                h.update(len(text).to_bytes(4, "little") + text)  # length-prefixed: ["ab", "c"] and ["a", "bc"] differ
+        return cls(n, first, bytes(tail))
+
+    def upto(self, length: int) -> bytes | None:
+        """Digest of the token text from CHECK_START_TOKEN_ID up to `length` (None: not kept)."""
+        if not self.first <= length <= self.n_vocab:
+            return None
+        at = (length - self.first) * self.DIGEST_BYTES
+        return self.tail[at : at + self.DIGEST_BYTES]
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
     st = path.stat()
-    key = str(path.absolute())
+    return str(path.absolute()), st.st_size, st.st_mtime_ns
+
+
+def _token_digests(path: Path) -> TokenDigests:
+    key, size, mtime = _stat_key(path)
     hit = _vocab_cache.get(key)
-    if hit and hit[:2] == (st.st_size, st.st_mtime_ns):
+    if hit and hit[:2] == (size, mtime):
         return hit[2]
-    vocab = vocab_of_file(validate_gguf(path, read_tokens=True))
-    _vocab_cache[key] = (st.st_size, st.st_mtime_ns, vocab)
-    return vocab
+    digests = TokenDigests.of(validate_gguf(path, read_tokens=True).tokens)
+    _vocab_cache[key] = (size, mtime, digests)
+    return digests
+
+
+def _text_differs(target: Path, drafter: Path) -> list[str]:
+    """The check on the token text itself, to say which token differs: both lists are read again for it
+    (the same facts with other text is rare), and the answer kept while neither file changes."""
+    stats = (_stat_key(target), _stat_key(drafter))
+    pair = (stats[0][0], stats[1][0])
+    hit = _text_reasons.get(pair)
+    if hit is None or hit[0] != stats:
+        hit = _text_reasons[pair] = (stats, incompatibilities(vocab_of_file(validate_gguf(target, read_tokens=True)),
+                                                              vocab_of_file(validate_gguf(drafter, read_tokens=True))))
+    return list(hit[1])
 
 
 def pair_reasons(target: Path, drafter: Path) -> list[str]:
     """Why `drafter` cannot draft for `target` (empty when it can), from metadata only."""
-    t_info, d_info = _info(Path(target)), _info(Path(drafter))
+    target, drafter = Path(target), Path(drafter)
+    t_info, d_info = _info(target), _info(drafter)
     why = incompatibilities(_facts_only(t_info), _facts_only(d_info))
     if why:
         return why
-    return incompatibilities(_full_vocab(Path(target)), _full_vocab(Path(drafter)))
+    t, d = _token_digests(target), _token_digests(drafter)
+    shorter = min(t.n_vocab, d.n_vocab)
+    if shorter <= CHECK_START_TOKEN_ID:  # no token text is compared
+        return []
+    digest = t.upto(shorter)
+    if digest is not None and digest == d.upto(shorter):
+        return []
+    return _text_differs(target, drafter)
 
 
 def size_warning(target: ModelRecord, drafter: ModelRecord) -> str | None:
