@@ -247,8 +247,9 @@ class ChatView(QTextBrowser):
     def _writer(self, cur: QTextCursor, shown: ShownMessage, ends: Sequence[int]) -> ReplyWriter:
         m = shown.message
         assert self._formats is not None
-        return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends, m.rounds,
-                           self.options.show_rejected, m.id, self.options.actions)
+        rejected = self.options.show_rejected  # only they need the rounds (a stored reply reads them when asked)
+        return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends,
+                           m.rounds if rejected else None, rejected, m.id, self.options.actions)
 
     def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> ShownMessage:
         """Writes `m` into the empty block at the cursor."""

@@ -87,7 +87,10 @@ class Footer:
 
 def footer(m: Message) -> Footer:
     auto = m.settings.get("draft_max") == "auto" if m.settings else (m.stats is not None and m.stats.draft_mode == "auto")
-    snap = ReplyStats.of_rounds(list(m.rounds.values()), m.stats, auto).snapshot()
+    # The engine's totals, once known, give every number shown here (the rounds add only the speed
+    # series, which a footer does not show): a redraw need not read the rounds back.
+    rounds = [] if m.stats is not None else list(m.rounds.values())
+    snap = ReplyStats.of_rounds(rounds, m.stats, auto).snapshot()
     numbers = [f"{snap.tokens_per_s:.1f} tok/s"] if snap.tokens_per_s else []
     if snap.drafted:
         numbers.append(f"{snap.acceptance_rate:.0%} accepted")

@@ -5,6 +5,8 @@ the store writes them as they arrive and reads them back unchanged.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -103,3 +105,71 @@ def token(index: int, text: str, token_id: int, source: str, round_: int, p: flo
     if kind is None:
         raise ValueError(f"unknown token source {source!r}")  # read as an unreadable token record
     return TokenEvent(text, token_id, kind, round_, p, q, index, runner_up, margin)
+
+
+UNREADABLE = "this reply's token record could not be read"
+"""A reply's note when its stored tokens or rounds cannot be made into events (its text still shows)."""
+_TOKENS = Message.__dict__["tokens"]  # the slots under StoredReply's properties
+_ROUNDS = Message.__dict__["rounds"]
+Rows = Callable[[], Sequence[tuple] | None]
+"""Reads a reply's stored rows (None: they could not be read)."""
+
+
+class StoredReply(Message):
+    """A reply read back from the store, whose token and round rows are read when first asked for.
+
+    Opening a 50k-token chat spent nearly all its time reading every stored token and round and making
+    each an event. The view asks for a message's tokens when it draws it (the newest messages at once,
+    older ones over the next event-loop turns), and for rounds only where one is shown: a token's story,
+    rejected drafts, the running stats of a reply without the engine's totals, an export. Token rows
+    that cannot be read leave the reply without tokens and rounds, round rows without rounds; either
+    way its note says so, and its text still shows."""
+
+    __slots__ = ("_token_rows", "_round_rows")
+
+    def __init__(self, *args: Any, token_rows: Rows | None = None, round_rows: Rows | None = None,
+                 **kwargs: Any) -> None:
+        self._token_rows: Rows | None = None
+        self._round_rows: Rows | None = None
+        super().__init__(*args, **kwargs)
+        self._token_rows, self._round_rows = token_rows, round_rows  # after __init__: it assigns through the setters
+
+    @property  # type: ignore[override]
+    def tokens(self) -> list[TokenEvent]:
+        read = self._token_rows
+        if read is not None:
+            self._token_rows = None
+            try:
+                rows = read()
+                if rows is None:
+                    raise ValueError("unreadable")
+                _TOKENS.__set__(self, [token(*r) for r in rows])
+            except (ValueError, TypeError):
+                self.rounds = {}  # they describe tokens that are no longer there
+                self.error = self.error or UNREADABLE
+        return _TOKENS.__get__(self)
+
+    @tokens.setter
+    def tokens(self, value: list[TokenEvent]) -> None:
+        self._token_rows = None
+        _TOKENS.__set__(self, value)
+
+    @property  # type: ignore[override]
+    def rounds(self) -> dict[int, RoundEvent]:
+        read = self._round_rows
+        if read is not None:
+            self._round_rows = None
+            try:
+                rows = read()
+                if rows is None:
+                    raise ValueError("unreadable")
+                _ROUNDS.__set__(self, {n: round_from_dict(json.loads(d)) for n, d in rows})
+            except (ValueError, TypeError, KeyError, AttributeError):
+                # The tokens stay: the view may have drawn them already, and it finds them by index.
+                self.error = self.error or UNREADABLE
+        return _ROUNDS.__get__(self)
+
+    @rounds.setter
+    def rounds(self, value: dict[int, RoundEvent]) -> None:
+        self._round_rows = None
+        _ROUNDS.__set__(self, value)

@@ -24,7 +24,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
@@ -32,7 +32,7 @@ from typing import NamedTuple
 from engine import paths
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
 
-from app.history.records import Conversation, Message, Role, round_from_dict, stats_from_dict, token
+from app.history.records import Conversation, Message, Role, StoredReply, stats_from_dict
 from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
@@ -601,7 +601,7 @@ class ChatStore:
         return out
 
     def load(self, ids: Sequence[int]) -> dict[int, Message]:
-        """These messages by id, replies with their rounds and tokens (ids not found are left out)."""
+        """These messages by id (ids not found are left out); replies read their tokens and rounds when asked."""
         out: dict[int, Message] = {}
         for start in range(0, len(ids), 500):  # SQLite's limit on bound parameters
             chunk = list(ids[start:start + 500])
@@ -611,25 +611,32 @@ class ChatStore:
                 f"FROM messages WHERE id IN ({marks})", chunk)
             for mid, role, content, target, drafter, finish, stats, error, created, settings, parent in rows:
                 try:
-                    m = Message(mid, Role(role), content, target, drafter, error=error, created=created,
-                                settings=_settings_dict(settings), parent_id=parent)
+                    kind = Role(role)
                 except ValueError:
                     continue  # a role this version does not know (a newer Draftlight's)
-                if m.role == Role.ASSISTANT:
-                    self._fill_reply(m, finish, stats)
-                out[mid] = m
+                fields = dict(error=error, created=created, settings=_settings_dict(settings), parent_id=parent)
+                if kind == Role.USER:
+                    out[mid] = Message(mid, kind, content, target, drafter, **fields)
+                else:
+                    out[mid] = self._reply(mid, content, target, drafter, finish, stats, fields)
         return out
 
-    def _fill_reply(self, m: Message, finish: str | None, stats: str | None) -> None:
-        rounds = self._read("SELECT round, data FROM rounds WHERE message_id=? ORDER BY round", (m.id,))
-        tokens = self._read("SELECT idx, text, token_id, source, round, p, q, runner_up, margin FROM tokens "
-                            "WHERE message_id=? ORDER BY idx", (m.id,))
-        try:
-            m.rounds = {n: round_from_dict(json.loads(d)) for n, d in rounds}
-            m.tokens = [token(*r) for r in tokens]
-        except (ValueError, TypeError, KeyError):
-            m.rounds, m.tokens = {}, []  # the text stays; only the token view is lost
-            m.error = m.error or "this reply's token record could not be read"
+    def _rows(self, sql: str, message_id: int) -> Callable[[], list[tuple] | None]:
+        """Reads one message's rows when called; None when the history cannot be read then."""
+        def read() -> list[tuple] | None:
+            try:
+                return self._read(sql, (message_id,))
+            except StoreError:
+                return None
+        return read
+
+    def _reply(self, mid: int, content: str, target: str, drafter: str, finish: str | None, stats: str | None,
+               fields: dict) -> StoredReply:
+        """A reply whose tokens and rounds are read when first asked for (see StoredReply)."""
+        m = StoredReply(mid, Role.ASSISTANT, content, target, drafter, **fields,
+                        token_rows=self._rows("SELECT idx, text, token_id, source, round, p, q, runner_up, margin "
+                                              "FROM tokens WHERE message_id=? ORDER BY idx", mid),
+                        round_rows=self._rows("SELECT round, data FROM rounds WHERE message_id=? ORDER BY round", mid))
         known = None
         if finish and finish != "error":
             try:
@@ -649,6 +656,7 @@ class ChatStore:
             m.finish_reason = FinishReason.CANCELLED
             m.content = m.content or "".join(t.text for t in m.tokens)
             m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")
+        return m
 
 
 def _shown_of(group: Sequence[tuple[int, int]]) -> int:
