@@ -17,6 +17,7 @@ parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,18 @@ def message_source(m: Message) -> tuple[str, list[int]]:
         at += len(t)
         ends.append(at)
     return "".join(texts), ends
+
+
+def _out_of_the_collectors_sight() -> None:
+    """Called once every message of a chat is drawn: what was made for it lives as long as it is shown.
+
+    A stored reply makes its token events as the view draws it (StoredReply), so they are born after
+    the chat opened (when app.control.conversations froze what it had read). Left to the cyclic
+    collector, each full pass would walk them all (tens of thousands of objects: 20-30 ms a pass under
+    load, up to 220 ms measured before). None is part of a cycle; young garbage is collected first so
+    that no cycle is frozen with them."""
+    gc.collect(1)
+    gc.freeze()
 
 
 class ChatView(QTextBrowser):
@@ -234,6 +247,8 @@ class ChatView(QTextBrowser):
             sb.setValue(sb.value() + self.cursorRect(c).top() - y)
         if self._pending:
             self._pending_timer.start()
+        else:
+            _out_of_the_collectors_sight()
 
     # -- one message ---------------------------------------------------------------------------------
     def _current_formats(self) -> Formats:
