@@ -9,6 +9,8 @@ opens it in the real window offscreen, and prints (medians of --repeat runs):
 - open: from choosing the chat to its newest messages painted (store read + view), and until every
   older message is rendered too, with the longest event-loop stall meanwhile;
 - toggle: Highlight tokens off or on, to painted, and to complete;
+- with each, this process's CPU time over the same span (on a busy machine wall time mostly measures the
+  others; CPU time much less so);
 - stream: the longest event-loop stall while a long reply (prose, then a 150-line code fence) is
   replayed into the view at --rate tokens/s in the controller's 40 ms batches; with --real, while the
   installed real pair writes a reply through the controller instead.
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     long_id, short_id, written = build_store(args.tokens, args.seed)
-    print(f"generated {written:,} reply tokens in {time.perf_counter() - t0:.1f} s (home {home})")
+    print(f"generated {written:,} reply tokens in {time.perf_counter() - t0:.1f} s (home {home}); {load()}")
     if real_models is not None:
         models = home / "data" / "models"
         models.mkdir(parents=True, exist_ok=True)
@@ -226,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spin(lambda: c.loaded is not None or (real_models is None and w.conversations.list.count() >= 2), 300)
     store_s, view_s, shown_s, full_s, stalls = [], [], [], [], []
+    shown_cpu, full_cpu = [], []  # this process's CPU time: less swayed than wall time by other programs
     show = view.show_messages
     spent = []
 
@@ -243,30 +246,35 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         c.store.messages(long_id)
         store_s.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         c.open_conversation(long_id)
         view.viewport().repaint()
         shown_s.append(time.perf_counter() - t)
+        shown_cpu.append(time.process_time() - cpu)
         view_s.append(spent[-1])
         if args.freeze:
             gc.freeze()
         stalls.append(stall_while(lambda: view.complete))
         full_s.append(time.perf_counter() - t)
+        full_cpu.append(time.process_time() - cpu)
     n_messages = len(view.messages)
     print(f"open {n_messages} messages: newest painted {med(shown_s)} (store read {med(store_s)}, view "
-          f"{med(view_s)}) · all rendered {med(full_s)} · longest stall while the rest rendered "
-          f"{statistics.median(stalls):.0f} ms (worst {max(stalls):.0f})")
+          f"{med(view_s)}; CPU {med(shown_cpu)}) · all rendered {med(full_s)} (CPU {med(full_cpu)}) · longest "
+          f"stall while the rest rendered {statistics.median(stalls):.0f} ms (worst {max(stalls):.0f})")
 
-    toggle_s, toggle_full, toggle_stalls = [], [], []
+    toggle_s, toggle_full, toggle_stalls, toggle_cpu, toggle_full_cpu = [], [], [], [], []
     for _ in range(args.repeat):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         w.act_highlight.trigger()
         view.viewport().repaint()
         toggle_s.append(time.perf_counter() - t)
+        toggle_cpu.append(time.process_time() - cpu)
         toggle_stalls.append(stall_while(lambda: view.complete))
         toggle_full.append(time.perf_counter() - t)
-    print(f"toggle highlight: painted {med(toggle_s)} · all rendered {med(toggle_full)} · longest stall after "
-          f"{statistics.median(toggle_stalls):.0f} ms (worst {max(toggle_stalls):.0f})")
+        toggle_full_cpu.append(time.process_time() - cpu)
+    print(f"toggle highlight: painted {med(toggle_s)} (CPU {med(toggle_cpu)}) · all rendered {med(toggle_full)} "
+          f"(CPU {med(toggle_full_cpu)}) · longest stall after {statistics.median(toggle_stalls):.0f} ms "
+          f"(worst {max(toggle_stalls):.0f})")
     if not c.settings.highlight:
         w.act_highlight.trigger()
         spin(lambda: view.complete)
@@ -303,8 +311,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  gaps over 50 ms at ticks {long_gaps[:10]} of {len(gaps)}")
     print(f"longest garbage-collector pause seen: {max(gc_pauses, default=0) * 1000:.0f} ms "
           f"({len(gc_pauses)} collections)")
+    print(f"at the end: {load()}")
     w.close()
     return 0
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} CPUs"
 
 
 def replay(app, view, args, stall_while) -> None:

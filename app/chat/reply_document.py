@@ -93,7 +93,8 @@ class Formats:
     def __init__(self, look: Look) -> None:
         self.look = look
         c = look.colours
-        self._cache: dict[tuple, QTextCharFormat] = {}
+        self.cache: dict[tuple, QTextCharFormat] = {}
+        """Formats made so far by their get() key (the writer's per-piece loop reads it directly)."""
         self._marks = {m: mark_format(m, c, look.highlight) for m in Mark}
         style = get_style_by_name(_DARK_CODE_STYLE if is_dark(c) else _LIGHT_CODE_STYLE)
         self._code_style = style
@@ -117,7 +118,7 @@ class Formats:
 
     def link(self, href: str, tip: str = "", scale: float = 0.85) -> QTextCharFormat:
         key = ("link", href, tip, scale)
-        f = self._cache.get(key)
+        f = self.cache.get(key)
         if f is None:
             f = QTextCharFormat()
             f.setAnchor(True)
@@ -127,7 +128,7 @@ class Formats:
                 f.setFontPointSize(self._size * scale)
             if tip:
                 f.setToolTip(tip)
-            self._cache[key] = f
+            self.cache[key] = f
         return f
 
     def chip(self, tone: str, tip: str) -> QTextCharFormat:
@@ -145,7 +146,7 @@ class Formats:
     def get(self, block: int, style: int, kind: str | None, href: str, mark: Mark | None) -> QTextCharFormat:
         """block: heading level (1-6), 0 for body text, -1 for code, -2 for a table header cell."""
         key = (block, style, kind, href, mark)
-        f = self._cache.get(key)
+        f = self.cache.get(key)
         if f is not None:
             return f
         f = QTextCharFormat()
@@ -184,7 +185,7 @@ class Formats:
             f.setToolTip(href)
         if mark is not None:
             f.merge(self._marks[mark])
-        self._cache[key] = f
+        self.cache[key] = f
         return f
 
 
@@ -405,7 +406,11 @@ class ReplyWriter:
         self._buf.append(text)
 
     def _spans(self, spans, look: int) -> None:
+        # The one loop that runs per token piece (50k on a long chat, again at each view option): state is
+        # kept in locals and written back at the end, formats come from the cache without a call, and
+        # text goes to Qt in runs of one format, as _emit would send it.
         get = self.formats.get
+        cache = self.formats.cache
         ends, tokens = self.ends, self.tokens
         n_tokens = len(ends)
         prov = self.prov
@@ -413,50 +418,73 @@ class ReplyWriter:
         origin = self.origin
         rj = self._rejections
         highlight = self.highlight
+        insert = self.cur.insertText
+        buf, buf_fmt, run_fmt = self._buf, self._buf_fmt, self._run_fmt
+        at_doc = self.pos - origin  # document offset from the message's start
         for text, src, style, href, kind in spans:
-            if text == LINE_BREAK:
-                self._emit(text, get(look, style, kind, href, None))
-                self.pos += 1
-                continue
+            plain = cache.get((look, style, kind, href, None))
+            if plain is None:
+                plain = get(look, style, kind, href, None)
             n = len(text)
-            i = bisect_right(ends, src) if n_tokens else 0
+            i = bisect_right(ends, src) if n_tokens and text != LINE_BREAK else n_tokens
             at = 0
             while at < n:
-                if i >= n_tokens:  # text past the tokens (a user message, or a reply's final text)
-                    piece = text[at:] if at else text
-                    self._emit(piece, get(look, style, kind, href, None))
-                    self.pos += utf16_len(piece)
-                    break
-                take = ends[i] - src - at
-                if take <= 0:  # an empty token
-                    i += 1
+                if i >= n_tokens:  # no token: a line break in a paragraph, text past the tokens (a reply's final text)
+                    piece, t, fmt = text[at:] if at else text, None, plain
+                    at = n
+                else:
+                    take = ends[i] - src - at
+                    if take <= 0:  # an empty token
+                        i += 1
+                        continue
+                    piece = text[at:at + take] if (at or take < n) else text
+                    at += take
+                    t = tokens[i]
+                    if rj and self._next_rejection < len(rj) and rj[self._next_rejection][0] <= i:
+                        self._buf, self._buf_fmt, self.pos = buf, buf_fmt, origin + at_doc
+                        self._rejections_before(i, look, style, kind, href)
+                        buf, buf_fmt, at_doc = self._buf, self._buf_fmt, self.pos - origin
+                    # Whitespace-only pieces carry no mark: no shaded staircase at the left edge of code.
+                    if highlight and not piece.isspace():
+                        mark = _MARK_OF[t.source]
+                        fmt = cache.get((look, style, kind, href, mark))
+                        if fmt is None:
+                            fmt = get(look, style, kind, href, mark)
+                    else:
+                        fmt = plain
+                if fmt is not buf_fmt:
+                    if buf:
+                        insert("".join(buf), buf_fmt)
+                        buf = []
+                    buf_fmt = fmt
+                buf.append(piece)
+                p = at_doc
+                at_doc += len(piece) if piece.isascii() else utf16_len(piece)
+                if t is None:
                     continue
-                piece = text[at:at + take] if (at or take < n) else text
-                at += take
-                t = tokens[i]
-                if rj and self._next_rejection < len(rj) and rj[self._next_rejection][0] <= i:
-                    while self._next_rejection < len(rj) and rj[self._next_rejection][0] <= i:
-                        _ix, rnd, rtext = rj[self._next_rejection]
-                        self._next_rejection += 1
-                        self._emit(rtext, get(look, style, kind, href, Mark.REJECTED))
-                        p = self.pos - origin
-                        self.pos += utf16_len(rtext)
-                        starts_.append(p)
-                        ends_.append(self.pos - origin)
-                        index_.append(-1)
-                        round_.append(rnd)
-                # Whitespace-only pieces carry no mark: no shaded staircase at the left edge of code.
-                mark = _MARK_OF[t.source] if highlight and not piece.isspace() else None
-                fmt = get(look, style, kind, href, mark)
-                self._emit(piece, fmt)
-                p = self.pos - origin
-                self.pos += utf16_len(piece)
-                if fmt is self._run_fmt and index_ and index_[-1] == i and ends_[-1] == p:
-                    ends_[-1] = self.pos - origin  # the same token, looking the same: one run
+                if fmt is run_fmt and index_ and index_[-1] == i and ends_[-1] == p:
+                    ends_[-1] = at_doc  # the same token, looking the same: one run
                 else:
                     starts_.append(p)
-                    ends_.append(self.pos - origin)
+                    ends_.append(at_doc)
                     index_.append(i)
                     round_.append(t.round)
-                    self._run_fmt = fmt
+                    run_fmt = fmt
                 i += 1
+        self._buf, self._buf_fmt, self._run_fmt, self.pos = buf, buf_fmt, run_fmt, origin + at_doc
+
+    def _rejections_before(self, i: int, look: int, style: int, kind: str | None, href: str) -> None:
+        """Rejected drafts of the corrections up to token `i`, each before its correction's first character."""
+        rj = self._rejections
+        prov = self.prov
+        fmt = self.formats.get(look, style, kind, href, Mark.REJECTED)
+        while self._next_rejection < len(rj) and rj[self._next_rejection][0] <= i:
+            _ix, rnd, rtext = rj[self._next_rejection]
+            self._next_rejection += 1
+            self._emit(rtext, fmt)
+            p = self.pos - self.origin
+            self.pos += utf16_len(rtext)
+            prov.starts.append(p)
+            prov.ends.append(self.pos - self.origin)
+            prov.index.append(-1)
+            prov.round.append(rnd)
