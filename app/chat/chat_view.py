@@ -133,6 +133,7 @@ class ChatView(QTextBrowser):
         self._older_shown = 0  # of them, how many are in (at the top of self._shown)
         self._live: LiveReply | None = None
         self._blocks: dict[int, tuple[int, list[Block]]] = {}  # message id -> (source length, blocks)
+        self._sources: dict[int, tuple[list[TokenEvent], int, str, list[int]]] = {}  # see _source_of
         self._formats: Formats | None = None
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
         self._next_live = 0.0
@@ -157,6 +158,7 @@ class ChatView(QTextBrowser):
         self.messages = list(messages)
         keep = {m.id for m in self.messages}
         self._blocks = {k: v for k, v in self._blocks.items() if k in keep}
+        self._sources = {k: v for k, v in self._sources.items() if k in keep}
         self._formats = self._current_formats()
         doc = self.document()
         doc.clear()
@@ -216,7 +218,7 @@ class ChatView(QTextBrowser):
         while self._pending and time.perf_counter() - t0 < budget:
             m = self._pending[-1]
             if m.role == Role.ASSISTANT and m.id not in self._blocks:
-                self._blocks_of(m, message_source(m)[0])  # parsed in this step, written in the next
+                self._blocks_of(m, self._source_of(m)[0])  # parsed in this step, written in the next
                 continue
             self._pending.pop()
             k = self._older_shown
@@ -269,7 +271,7 @@ class ChatView(QTextBrowser):
     def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> ShownMessage:
         """Writes `m` into the empty block at the cursor."""
         shown = ShownMessage(m, cur.position(), Provenance())
-        source, ends = message_source(m)
+        source, ends = self._source_of(m)
         w = self._writer(cur, shown, ends)
         w.fresh = True
         write_header(w, m, self.options.actions)
@@ -288,6 +290,16 @@ class ChatView(QTextBrowser):
         if m.finished or not live:
             write_end(w, m, self.options.actions)
         return shown
+
+    def _source_of(self, m: Message) -> tuple[str, list[int]]:
+        """message_source(m), kept while the message keeps the same tokens (a view option redraws every message)."""
+        tokens = m.tokens if m.role == Role.ASSISTANT else None
+        if not tokens:  # its text is its content
+            return message_source(m)
+        cached = self._sources.get(m.id)
+        if cached is None or cached[0] is not tokens or cached[1] != len(tokens):
+            cached = self._sources[m.id] = (tokens, len(tokens), *message_source(m))
+        return cached[2], cached[3]
 
     def _blocks_of(self, m: Message, source: str) -> list[Block]:
         cached = self._blocks.get(m.id)
