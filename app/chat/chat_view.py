@@ -95,13 +95,13 @@ def message_source(m: Message) -> tuple[str, list[int]]:
 def _out_of_the_collectors_sight() -> None:
     """Called after each slice of drawing older messages: what was made for them lives as long as the chat is shown.
 
-    A stored reply makes its token events as the view draws it (StoredReply), so they are born after the
-    chat opened (when app.control.conversations froze what it had read). Left to the cyclic collector,
-    each full pass walks all those not frozen: as they pile up over the slices, a pass took up to 39 ms
-    under load on the 50k-token chat (before lazy reading, up to 220 ms); once each slice freezes what
-    it made, the longest pass is a young generation's (9 ms under the same load). None of them is in a cycle; the youngest generation is collected first so that
-    the slice's own cyclic garbage is not frozen with them (none was found frozen after opening the 50k-token
-    chat three times and toggling twice)."""
+    A stored reply makes its token events as the view draws it (StoredReply), so they are born after the chat
+    opened (when app.control.conversations froze what it had read). Left to the cyclic collector, each full
+    pass walks all those not frozen: as they pile up over the slices, a pass took up to 39 ms under load on the
+    50k-token chat (before lazy reading, up to 220 ms); once each slice freezes what it made, the longest pass
+    is a young generation's (9 ms under the same load). None of them is in a cycle; the youngest generation is
+    collected first so that the slice's own cyclic garbage is not frozen with them (none was found frozen after
+    opening the 50k-token chat three times and toggling twice)."""
     gc.collect(0)
     gc.freeze()
 
