@@ -80,22 +80,59 @@ def test_fixed_k_and_make_policy():
     assert isinstance(auto, AutoK) and auto.drafter_is_model is False
 
 
-def test_acceptance_windows_and_positions():
-    a = Acceptance(k_max=4, window=32, pooled_window=32, prior=0.6, prior_weight=3)
-    bonus = lambda n: 0.15 / math.sqrt(n + 3)  # noqa: E731  the optimism while evidence is thin
-    assert a.pooled_value() == pytest.approx(0.6 + bonus(0))
+def test_acceptance_is_a_beta_posterior_that_rises_along_a_run():
+    a = Acceptance(k_max=4, prior=(0.6, 2.0))
+    # Fresh: Beta(1.2, 0.8); after j kept in a row the next is likelier, (1.2 + j) / (2 + j).
+    assert a.beta() == pytest.approx((1.2, 0.8))
+    assert a.values(4) == pytest.approx([0.6, 2.2 / 3, 3.2 / 4, 4.2 / 5])
     a.observe(verified=4, accepted=2)  # positions 0, 1 kept, 2 rejected, 3 never judged
-    assert [len(d) for d in a.at] == [1, 1, 1, 0]
-    assert a.pooled_value() == pytest.approx((2 + 1.8) / 6 + bonus(3))
-    a.observe(verified=10, accepted=10)  # longer than the table: only its 4 positions
-    assert [len(d) for d in a.at] == [2, 2, 2, 1]
-    for _ in range(10):
-        a.observe(verified=1, accepted=0)
-    pooled = a.pooled_value()
-    assert a.value(3) == pytest.approx(pooled)  # 1 judgement of its own: the pooled stands in
-    assert a.value(0) == pytest.approx((2 + 2 * pooled) / (12 + 2))  # 12 of its own, shrunk to the pooled
+    assert [len(d) for d in a.at] == [1, 1, 1, 0] and list(a.pooled) == [1, 1, 0]
+    assert a.beta() == pytest.approx((3.2, 1.8)) and a.mean() == pytest.approx(3.2 / 5)
+    # A position's own judgements count once each against the curve's 8.
+    assert a.value(0) == pytest.approx((1 + 8 * 3.2 / 5) / 9)
+    assert a.value(2) == pytest.approx((0 + 8 * 5.2 / 7) / 9)
+    assert a.value(3) == pytest.approx(6.2 / 8)  # nothing of its own: the curve
     assert a.expected_tokens(2, perfect=True) == 3.0
-    assert a.expected_tokens(1) == pytest.approx(1 + a.value(0))
+    assert a.expected_tokens(2) == pytest.approx(1 + a.value(0) + a.value(0) * a.value(1))
+    a.observe(verified=10, accepted=10)  # longer than the table: only its 4 positions
+    assert [len(d) for d in a.at] == [2, 2, 2, 1] and len(a.pooled) == 7
+
+
+def test_a_prior_fades_as_rounds_pass():
+    a = Acceptance(k_max=1, prior=(0.8, 5.0))
+    assert a.beta() == pytest.approx((4.0, 1.0))
+    for _ in range(16):
+        a.observe(verified=1, accepted=1)
+    assert a.beta() == pytest.approx((0.8 * 2.5 + 16, 0.2 * 2.5))  # worth 5 * 16 / (16 + 16)
+    for _ in range(32):
+        a.observe(verified=1, accepted=1)
+    assert a.beta() == pytest.approx((0.8 * 2 + 16, 0.2 * 2))  # 5 * 16 / 64 is below the floor of 2
+
+
+def test_acceptance_windows_count_rounds():
+    a = Acceptance(k_max=2, prior=(0.5, 2.0))
+    a.observe(verified=2, accepted=2)  # round 1: two kept
+    for _ in range(15):
+        a.observe(verified=2, accepted=0)  # rounds 2-16: one rejection each
+    assert list(a.pooled) == [1, 1] + [0] * 15
+    a.observe(verified=2, accepted=0)  # round 17: round 1 leaves the pooled window, both its judgements
+    assert list(a.pooled) == [0] * 16 and a.beta() == pytest.approx((1.0, 17.0))
+    # A position keeps its own judgements of the last 32 rounds.
+    assert [sum(ok for _, ok in d) for d in a.at] == [1, 1] and [len(d) for d in a.at] == [17, 1]
+    for _ in range(15):
+        a.observe(verified=2, accepted=0)
+    assert [len(d) for d in a.at] == [32, 1]  # round 32: round 1 is still in
+    a.observe(verified=2, accepted=0)
+    assert [len(d) for d in a.at] == [32, 0]  # round 33: it is not
+    assert a.value(1) == pytest.approx((1.0 + 1) / (18.0 + 1))  # the curve alone
+    assert a.value(0) == pytest.approx((0 + 8 * 1.0 / 18.0) / (32 + 8))
+
+
+def test_a_fresh_kind_starts_from_its_prior():
+    auto = AutoK(CostModel())
+    assert auto.table(MODEL_KEY).values(2) == pytest.approx([0.8, 5 / 6])  # Beta(4, 1)
+    assert auto.table(LOOKUP3).values(2) == pytest.approx([0.5, 2 / 3])  # Beta(1, 1), through its parent
+    assert auto.table(DraftKey(DraftKind.HISTORY, 2, 1)).values(1) == pytest.approx([0.5])
 
 
 def test_lookup_lengths_start_from_all_lookup_drafts():
@@ -103,8 +140,9 @@ def test_lookup_lengths_start_from_all_lookup_drafts():
     for _ in range(20):
         auto.observe(outcome(k=8, drafted=8, accepted=8, key=DraftKey(DraftKind.LOOKUP, 5)))
     fresh = auto.table(DraftKey(DraftKind.LOOKUP, 2))
-    assert fresh.pooled_value() > 0.9  # borrowed from the lookup parent, not the 0.6 prior
-    assert auto.table(MODEL_KEY).pooled_value() < 0.8  # model drafts learn on their own
+    # Borrowed from the lookup parent (16 rounds of 8 kept and the prior's 1 of 2), not the 0.5 prior.
+    assert fresh.mean() == pytest.approx(129 / 130)
+    assert auto.table(MODEL_KEY).mean() == pytest.approx(0.8)  # model drafts learn on their own
 
 
 def test_probe_price_adds_the_catch_up_and_takes_off_the_expected_gain():
@@ -115,11 +153,11 @@ def test_probe_price_adds_the_catch_up_and_takes_off_the_expected_gain():
     c.catchup.add(10, 0.05)
     auto = AutoK(c)
     e = auto.table(MODEL_KEY).expected_tokens(2)
-    # Drafting 2 costs 0.04 more to verify and 0.02 to draft; reading 10 unseen tokens 0.05;
-    # it saves (E - 1) plain rounds of 0.10.
-    want = 0.04 + 0.02 + 0.05 - (e - 1) * 0.10
+    # Drafting 2 costs 0.04 more to verify and 0.02 to draft; reading 10 unseen tokens 0.05, less
+    # an allowance of 2% of a plain round (0.10) per token read; it saves (E - 1) plain rounds.
+    want = 0.04 + 0.02 + (0.05 - 10 * 0.002) - (e - 1) * 0.10
     assert auto._probe_net_cost(MODEL_KEY, 2, behind=11, with_draft_cost=True) == pytest.approx(max(0.0, want))
-    assert auto._probe_net_cost(MODEL_KEY, 2, behind=1, with_draft_cost=True) == pytest.approx(max(0.0, want - 0.05))
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=1, with_draft_cost=True) == pytest.approx(max(0.0, want - 0.03))
     # A lookup probe: no drafting, no catch-up.
     assert auto._probe_net_cost(LOOKUP3, 2, behind=11, with_draft_cost=False) == pytest.approx(
         max(0.0, 0.04 - (auto.table(LOOKUP3).expected_tokens(2) - 1) * 0.10))
@@ -130,7 +168,10 @@ def test_probe_budget_and_idle_time():
     c.add_verify(1, 0.1)
     auto = AutoK(c)
     auto.request(8)  # a decision creates the model drafts' probe state
-    probe = auto.probes[MODEL_KEY]
+    probe = auto.probes[DraftKind.MODEL]
+    assert probe.idle_s == math.inf and probe.due(1e9)  # never tried: due at once
+    auto.observe(outcome(k=2, drafted=2, accepted=1, verify_s=0.12))  # model drafts ran
+    assert probe.idle_s == 0.0 and not probe.again
     auto.observe(outcome(verify_s=0.1, draft_s=0.0, overhead_s=0.02))  # a plain round: time passes
     assert probe.idle_s == pytest.approx(0.12)
     assert probe.due(PROBE_BUDGET * 0.12) and not probe.due(PROBE_BUDGET * 0.12 + 1e-6)
@@ -154,10 +195,10 @@ class Fixed(Acceptance):
 
     def __init__(self, values: list[float]) -> None:
         super().__init__(k_max=len(values))
-        self.values = values
+        self.held = values
 
-    def value(self, j: int) -> float:
-        return self.values[j]
+    def values(self, k: int) -> list[float]:
+        return self.held[:k]
 
 
 def priced(verify: dict[int, float], draft: float = 0.0, plain_overhead: float = 0.0) -> CostModel:
@@ -227,34 +268,36 @@ def test_even_a_perfect_drafter_that_cannot_win_is_never_probed():
     c = priced({n: 0.1 for n in range(1, 4)}, draft=0.2)
     auto = AutoK(c, k_max=2)
     auto.tables[MODEL_KEY] = Fixed([0.0, 0.0])
-    for _ in range(1000):  # a long idle stretch: any affordable probe would be due
+    for _ in range(1000):  # never tried, so due all along: still never run
         assert auto.request(2).model_k == 0
         auto.observe(outcome(verify_s=0.1))
-    assert auto.probes[MODEL_KEY].idle_s == pytest.approx(100.0)
+    assert auto.probes[DraftKind.MODEL].idle_s == math.inf
 
 
 def test_a_probe_goes_through_request_and_only_a_full_accept_after_it_looks_again():
     c = priced({1: 0.1, 2: 0.11, 3: 0.12}, draft=0.01)
     auto = AutoK(c, k_max=2)
-    auto.tables[MODEL_KEY] = Fixed([0.2, 0.2])  # not worth drafting, but a perfect drafter would be
-    assert auto.request(2).model_k == 0
-    probe = auto.probes[MODEL_KEY]
+    auto.tables[MODEL_KEY] = Fixed([0.1, 0.1])  # not worth drafting, but a perfect drafter would be
+    assert auto.request(2).model_k == 1  # never tried: a one-token probe at once
+    auto.observe(outcome(k=1, drafted=1, accepted=0, verify_s=0.11))
+    assert auto.request(2).model_k == 0  # another would cost 0.01 s net: not within budget yet
+    probe = auto.probes[DraftKind.MODEL]
     probe.idle_s = 1e6  # long idle: a probe is due
-    assert auto.request(2).model_k == 2
-    auto.observe(outcome(k=2, drafted=2, accepted=1, verify_s=0.12))  # the probe, half accepted
+    assert auto.request(2).model_k == 1
+    auto.observe(outcome(k=1, drafted=1, accepted=0, verify_s=0.11))  # the probe, rejected
     assert not probe.again
-    auto.observe(outcome(k=2, drafted=2, accepted=2, verify_s=0.12))  # not a probe: no "again"
+    auto.observe(outcome(k=1, drafted=1, accepted=1, verify_s=0.11))  # not a probe: no "again"
     assert not probe.again
     probe.idle_s = 1e6
-    assert auto.request(2).model_k == 2
-    auto.observe(outcome(k=2, drafted=2, accepted=2, verify_s=0.12))  # a probe, fully accepted
-    assert probe.again and auto.request(2).model_k == 2
+    assert auto.request(2).model_k == 1
+    auto.observe(outcome(k=1, drafted=1, accepted=1, verify_s=0.11))  # a probe, fully accepted
+    assert probe.again and auto.request(2).model_k == 1
 
 
 def test_probe_due_at_exactly_the_budget():
     auto = AutoK(priced({1: 0.1}))
     auto.request(4)
-    probe = auto.probes[MODEL_KEY]
+    probe = auto.probes[DraftKind.MODEL]
     probe.idle_s = 0.5
     assert probe.due(PROBE_BUDGET * 0.5) and not probe.due(PROBE_BUDGET * 0.5 * 1.0001)
 
@@ -267,9 +310,10 @@ def test_catch_up_of_a_probe_counts_from_two_behind_and_never_for_lookup():
     auto.tables[MODEL_KEY] = Fixed([0.0, 0.0])  # no expected gain: the net cost is the cost
     auto.tables[LOOKUP3] = Fixed([0.0, 0.0])
     base = 0.04 + 0.02
+    # The read less an allowance of 2% of a plain round (0.1 s) per token read.
     assert auto._probe_net_cost(MODEL_KEY, 2, behind=1, with_draft_cost=True) == pytest.approx(base)
-    assert auto._probe_net_cost(MODEL_KEY, 2, behind=2, with_draft_cost=True) == pytest.approx(base + 0.03)
-    assert auto._probe_net_cost(MODEL_KEY, 2, behind=5, with_draft_cost=True) == pytest.approx(base + 0.06)
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=2, with_draft_cost=True) == pytest.approx(base + 0.03 - 0.002)
+    assert auto._probe_net_cost(MODEL_KEY, 2, behind=5, with_draft_cost=True) == pytest.approx(base + 0.06 - 0.008)
     assert auto._probe_net_cost(LOOKUP3, 2, behind=5, with_draft_cost=False) == pytest.approx(0.04)
 
 
@@ -277,33 +321,31 @@ def test_observe_counts_rounds_and_idle_time_per_kind():
     auto = AutoK(priced({1: 0.1}))
     auto.request(4)
     auto.prune(LOOKUP3, 4)
+    auto.observe(outcome(k=4, drafted=4, accepted=4, verify_s=0.2, key=LOOKUP3))  # each kind drafts once
     auto.observe(outcome(k=2, drafted=2, accepted=1, draft_s=0.02, verify_s=0.1, overhead_s=0.01,
                          catchup_s=0.05, catchup_tokens=9))
-    assert auto.probes[LOOKUP3].idle_s == pytest.approx(0.1 + 0.02 + 0.05 + 0.01)  # all of it, catch-up too
-    auto.observe(outcome(k=4, drafted=4, accepted=4, verify_s=0.2, key=LOOKUP3))
+    assert auto.probes[DraftKind.LOOKUP].idle_s == pytest.approx(0.1 + 0.02 + 0.05 + 0.01)  # all of it, catch-up too
+    assert auto.probes[DraftKind.MODEL].idle_s == 0.0
+    # Another match length is the same kind: one budget for all lookup drafts.
+    auto.observe(outcome(k=4, drafted=4, accepted=4, verify_s=0.2, key=DraftKey(DraftKind.LOOKUP, 5)))
     auto.observe(outcome(verify_s=0.1))
-    assert auto.rounds_seen == 3
+    assert auto.rounds_seen == 4
     # Model probe state: the lookup round and the plain round were idle time for model drafts.
-    assert auto.probes[MODEL_KEY].idle_s == pytest.approx(0.2 + 0.1)
+    assert auto.probes[DraftKind.MODEL].idle_s == pytest.approx(0.2 + 0.1)
     # Lookup: the model round counted in full (drafting and catch-up included), then reset by its own round.
-    assert auto.probes[LOOKUP3].idle_s == pytest.approx(0.1)
+    assert auto.probes[DraftKind.LOOKUP].idle_s == pytest.approx(0.1)
+    assert set(auto.probes) == {DraftKind.MODEL, DraftKind.LOOKUP}
 
 
-def test_acceptance_defaults_window_cap_and_own_positions():
+def test_acceptance_defaults_and_a_full_accept_judges_only_what_was_verified():
     a = Acceptance(k_max=3)
-    assert a.pooled_value() == pytest.approx(0.6 + 0.15 / math.sqrt(3))
+    assert a.prior == (0.8, 5.0) and a.values(1) == pytest.approx([0.8])  # a model drafter's prior
     for _ in range(40):
         a.observe(verified=1, accepted=1)
-    assert len(a.at[0]) == 32 and len(a.pooled) == 32 and len(a.at[1]) == 0
-    assert a.pooled_value() == 0.99  # capped below certainty
-    b = Acceptance(k_max=2)
-    for _ in range(7):
-        b.observe(verified=1, accepted=0)
-    assert b.value(0) == pytest.approx(b.pooled_value())  # 7 of its own: not yet enough
-    b.observe(verified=1, accepted=0)
-    assert b.value(0) == pytest.approx((0 + 2 * b.pooled_value()) / (8 + 2))  # from 8: its own
+    assert len(a.at[0]) == 32 and len(a.pooled) == 16 and len(a.at[1]) == 0
+    assert a.value(0) == pytest.approx((32 + 8 * 17.6 / 18) / 40)  # Beta(1.6 + 16, 0.4)
     c = Acceptance(k_max=4)
-    c.observe(verified=2, accepted=2)  # a full accept judges only the verified positions
+    c.observe(verified=2, accepted=2)
     assert [len(d) for d in c.at] == [1, 1, 0, 0]
 
 
@@ -362,9 +404,9 @@ def test_a_probe_pays_for_the_backlog_the_drafter_must_read():
     auto = AutoK(c, k_max=2)
     auto.tables[MODEL_KEY] = Fixed([0.2, 0.2])
     auto.request(2)
-    auto.probes[MODEL_KEY].idle_s = 100.0  # budget 1.5 s: a probe without backlog fits, 50 s does not
+    auto.probes[DraftKind.MODEL].idle_s = 100.0  # budget 1.5 s: a probe without backlog fits, 50 s does not
     assert auto.request(2, behind=101).model_k == 0
-    assert auto.request(2, behind=1).model_k == 2
+    assert auto.request(2, behind=1).model_k == 1
 
 
 def test_lookup_drafts_are_priced_without_the_model_drafters_cost():

@@ -14,15 +14,19 @@ What each price covers, so that none is inflated by how long drafting was off:
   or lookup rounds) reports that catch-up apart, priced per token of a batched read like prefill.
 - Catch-up is a cost of turning drafting back on, so it is charged to probes, not to the
   steady-state choice of k.
-- Acceptance is estimated over a window of recent judgements (per kind of draft, per position,
-  pooled over positions where a position has few), so it recovers within a few rounds when the
-  drafter starts agreeing again.
+- Acceptance is a Beta posterior per kind of draft: a prior for the kind (a model drafter usually
+  agrees, a lookup often does not), updated by the judgements of the last 16 rounds, and per
+  position by that position's own judgements of the last 32 rounds. The windows count rounds, so
+  the estimate turns over within a few dozen rounds when the drafter starts (or stops) agreeing.
 - Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
   one wins outright.
-While drafting is off, Auto probes with a short draft when the probe's expected net cost fits in
-a 1.5% budget of the time spent since the last probe; a probe that is fully accepted is followed
-straight away by another, so a drafter that starts agreeing again is back within a few rounds.
-It never probes when even a perfect drafter could not beat plain decoding.
+While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
+cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
+tried at once); a probe that is fully accepted is followed straight away by another, so a drafter
+that starts agreeing again is back within a few rounds. A probe pays for the model drafter's
+backlog only beyond 2% of a plain round per token read: where reading is that cheap, keeping the
+drafter in step is a standing price that lets it come back at all. Auto never probes when even a
+perfect drafter could not beat plain decoding.
 """
 from __future__ import annotations
 
@@ -34,14 +38,25 @@ from dataclasses import dataclass
 from engine.decoding.events import DraftKind
 
 
-#: Draft length of a probe (drafting is off, is it worth turning back on?).
-PROBE_K = 2
+#: Draft length of a probe (drafting is off, is it worth turning back on?): the cheapest look.
+PROBE_K = 1
 #: Share of decoding time that probing may cost while drafting is off.
 PROBE_BUDGET = 0.015
-#: Weight of the optimism bonus on acceptance estimates backed by few judgements.
-OPTIMISM = 0.15
+#: A model drafter's backlog read is charged to a probe beyond this share of a plain round per
+#: token read: below it (a GPU, Apple silicon) keeping the drafter in step is a small standing
+#: price, paid whenever it drafts again, and charging it all to one probe would keep it off for good.
+BACKLOG_ALLOWANCE = 0.02
 #: Margin a draft must win by over plain decoding.
 MARGIN = 1.02
+#: Prior acceptance of a kind of draft, as a Beta (mean, worth this many judgements): a model
+#: drafter of the target's family usually agrees, a lookup is a guess. The weight fades as the
+#: kind's own rounds pass (halved after POOLED_ROUNDS), down to PRIOR_FLOOR.
+PRIORS = {DraftKind.MODEL: (0.8, 5.0), DraftKind.LOOKUP: (0.5, 2.0), DraftKind.HISTORY: (0.5, 2.0)}
+PRIOR_FLOOR = 2.0
+#: Rounds whose judgements the pooled estimate keeps; rounds a position's own judgements are kept.
+POOLED_ROUNDS, OWN_ROUNDS = 16, 32
+#: How many judgements the pooled estimate is worth against a position's own.
+OWN_WEIGHT = 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +143,16 @@ class BlockCost:
 
     def __init__(self) -> None:
         self.by_size: dict[int, Ewma] = {}
+        self._points: list[tuple[int, float]] | None = None  # sorted, until the next add (Auto asks often)
 
     def add(self, n: int, seconds: float) -> None:
         self.by_size.setdefault(n, Ewma()).add(seconds)
+        self._points = None
 
     def __call__(self, n: int) -> float | None:
-        pts = sorted((k, e.value) for k, e in self.by_size.items() if e.value is not None)
+        if self._points is None:
+            self._points = sorted((k, e.value) for k, e in self.by_size.items() if e.value is not None)
+        pts = self._points
         if not pts:
             return None
         for (n0, v0), (n1, v1) in zip(pts, pts[1:]):
@@ -257,58 +276,87 @@ class FixedK(DraftPolicy):
 
 
 class Acceptance:
-    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept),
-    over a window of recent judgements."""
+    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
 
-    def __init__(self, k_max: int, window: int = 32, pooled_window: int = 32, prior: float = 0.6,
-                 prior_weight: float = 3.0, own_after: int = 8, parent: "Acceptance | None" = None) -> None:
-        # A fresh drafter starts as fair, worth three judgements: enough to try it, not enough for
-        # a few unlucky rounds to turn it off (tuned on replayed traces: tests/test_replay.py).
-        self.prior, self.prior_weight, self.own_after = prior, prior_weight, own_after
+    def __init__(self, k_max: int, prior: tuple[float, float] = PRIORS[DraftKind.MODEL],
+                 parent: "Acceptance | None" = None) -> None:
+        self.prior = prior
         # Lookup drafts are learned per match length (and confidence), which would make every key
         # start from scratch: each starts from what the coarser key did instead (its parent).
         self.parent = parent
-        self.at: list[deque[int]] = [deque(maxlen=window) for _ in range(k_max)]
-        self.pooled: deque[int] = deque(maxlen=pooled_window)
+        self.rounds = 0
+        self.at: list[deque[tuple[int, int]]] = [deque() for _ in range(k_max)]
+        """Per position: (round, 1 kept / 0 rejected) of the last OWN_ROUNDS rounds."""
+        self.pooled: deque[int] = deque()
+        """Every judgement of the last POOLED_ROUNDS rounds, oldest first."""
+        self._judged: deque[int] = deque()  # judgements per round, to drop a whole round from `pooled`
+        # Running sums of the windows: Auto decides every round, for every k.
+        self._kept_at = [0] * k_max
+        self._kept = 0
 
-    def pooled_value(self) -> float:
-        prior = self.parent.pooled_value() if self.parent is not None else self.prior
-        mean = (sum(self.pooled) + prior * self.prior_weight) / (len(self.pooled) + self.prior_weight)
-        # Optimism while evidence is thin (an upper confidence bound): a short draft teaches little
-        # about the positions after it, so without this Auto would creep up to long drafts.
-        return min(0.99, mean + OPTIMISM / math.sqrt(len(self.pooled) + self.prior_weight))
+    def beta(self) -> tuple[float, float]:
+        """The pooled posterior: the prior (or the parent's mean) plus recent judgements."""
+        mean, weight = self.prior
+        # The prior stands in for a fresh drafter; in a steady window it would only bias.
+        weight = max(PRIOR_FLOOR, weight * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
+        if self.parent is not None:
+            mean = self.parent.mean()
+        return mean * weight + self._kept, (1 - mean) * weight + len(self.pooled) - self._kept
+
+    def mean(self) -> float:
+        a, b = self.beta()
+        return a / (a + b)
+
+    def values(self, k: int) -> list[float]:
+        """a_0 .. a_{k-1}. With the acceptance p only known as Beta(a, b), j tokens kept in a row
+        make the next one likelier: a_j = (a + j) / (a + b + j). So while the estimate is uncertain
+        longer drafts are worth more, and they are what teaches about later positions. A position
+        with judgements of its own moves towards them."""
+        a, b = self.beta()
+        out = []
+        for j in range(k):
+            curve = (a + j) / (a + b + j)
+            out.append((self._kept_at[j] + OWN_WEIGHT * curve) / (len(self.at[j]) + OWN_WEIGHT))
+        return out
 
     def value(self, j: int) -> float:
-        """a_j: a position's own window once it has enough judgements, shrunk towards the pooled
-        estimate (recent judgements at every position) that stands in for it until then."""
-        pooled = self.pooled_value()
-        seen = self.at[j]
-        if len(seen) < self.own_after:
-            return pooled
-        return (sum(seen) + pooled * 2) / (len(seen) + 2)
+        return self.values(j + 1)[j]
 
     def expected_tokens(self, k: int, perfect: bool = False) -> float:
         total, run = 1.0, 1.0
-        for j in range(k):
-            run *= 1.0 if perfect else self.value(j)
+        for a in [1.0] * k if perfect else self.values(k):
+            run *= a
             total += run
         return total
 
     def observe(self, verified: int, accepted: int) -> None:
         if self.parent is not None:
             self.parent.observe(verified, accepted)
+        self.rounds += 1
         # Position j is judged only when all before it were accepted.
-        for j in range(min(verified, accepted + 1, len(self.at))):
+        judged = min(verified, accepted + 1, len(self.at))
+        for j in range(judged):
             ok = 1 if j < accepted else 0
-            self.at[j].append(ok)
+            self.at[j].append((self.rounds, ok))
+            self._kept_at[j] += ok
             self.pooled.append(ok)
+            self._kept += ok
+        self._judged.append(judged)
+        if len(self._judged) > POOLED_ROUNDS:
+            for _ in range(self._judged.popleft()):
+                self._kept -= self.pooled.popleft()
+        for j, seen in enumerate(self.at):
+            while seen and seen[0][0] <= self.rounds - OWN_ROUNDS:
+                self._kept_at[j] -= seen.popleft()[1]
 
 
 class _Probe:
     """While drafting of one kind is off: when to try it again."""
 
     def __init__(self) -> None:
-        self.idle_s = 0.0  # decoding time since drafting of this kind last ran
+        # Decoding time since drafting of this kind last ran: a kind never tried is due at once
+        # (its first look teaches the most, and a short reply cannot wait for the budget).
+        self.idle_s = math.inf
         self.again = False  # the last probe was fully accepted: look again at once
 
     def due(self, net_cost: float) -> bool:
@@ -325,14 +373,15 @@ class AutoK(DraftPolicy):
         self.k_max = k_max
         self.drafter_is_model = drafter_is_model
         self.tables: dict[DraftKey, Acceptance] = {}
-        self.probes: dict[DraftKey, _Probe] = {}
+        self.probes: dict[DraftKind, _Probe] = {}
+        """Per kind, not per key: a kind's match lengths and buckets share one probe budget."""
         self._probing: set[DraftKey] = set()
         self.rounds_seen = 0
 
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
             parent = self.table(key.parent) if key.parent is not None else None
-            self.tables[key] = Acceptance(self.k_max, parent=parent)
+            self.tables[key] = Acceptance(self.k_max, PRIORS.get(key.kind, PRIORS[DraftKind.LOOKUP]), parent)
         return self.tables[key]
 
     # -- the model -----------------------------------------------------------
@@ -342,34 +391,47 @@ class AutoK(DraftPolicy):
             return None
         return v + self.costs.round_overhead(k) + (self.costs.draft_cost(k) if with_draft_cost else 0.0)
 
+    def rates(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> list[float]:
+        """Expected tokens per second for k = 0 .. limit (0 where nothing is measured)."""
+        n = max(0, min(limit, self.k_max))
+        acc = [1.0] * n if perfect else self.table(key).values(n)
+        out, tokens, run = [], 1.0, 1.0
+        for k in range(n + 1):
+            if k:
+                run *= acc[k - 1]
+                tokens += run
+            cost = self.round_cost(k, with_draft_cost)
+            out.append(tokens / cost if cost else 0.0)
+        return out
+
     def rate(self, key: DraftKey, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
-        cost = self.round_cost(k, with_draft_cost)
-        return self.table(key).expected_tokens(k, perfect) / cost if cost else 0.0
+        return self.rates(key, k, with_draft_cost, perfect)[k]
 
     def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
         """The fastest k, or 0 unless it beats plain decoding by the margin."""
-        plain = self.rate(key, 0, with_draft_cost)
-        best, best_rate = 0, 0.0
-        for k in range(1, min(limit, self.k_max) + 1):
-            r = self.rate(key, k, with_draft_cost, perfect)
-            if r > best_rate:
-                best, best_rate = k, r
-        return best if best_rate > plain * MARGIN else 0
+        rates = self.rates(key, limit, with_draft_cost, perfect)
+        best = max(range(len(rates)), key=lambda k: (rates[k], -k))  # a tie goes to the shorter draft
+        return best if best and rates[best] > rates[0] * MARGIN else 0
 
     def _probe_net_cost(self, key: DraftKey, k: int, behind: int, with_draft_cost: bool) -> float:
         """What a probe of k tokens costs over a plain round, less what it is expected to save."""
         plain = self.round_cost(0, with_draft_cost) or 0.0
         cost = (self.round_cost(k, with_draft_cost) or 0.0) - plain
         if with_draft_cost and behind > 1:
-            cost += self.costs.catchup_cost(behind - 1)
+            cost += self._backlog_price(behind - 1)
         gain = (self.table(key).expected_tokens(k) - 1.0) * plain
         return max(0.0, cost - gain)
+
+    def _backlog_price(self, n: int) -> float:
+        """The part of reading n unseen tokens that a probe is charged (see BACKLOG_ALLOWANCE)."""
+        allowance = BACKLOG_ALLOWANCE * n * (self.round_cost(0, True) or 0.0)
+        return max(0.0, self.costs.catchup_cost(n) - allowance)
 
     def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0) -> int:
         if limit <= 0 or self.costs.verify_cost(1) is None:
             return 0  # nothing measured yet: plain decoding first, everything is priced against it
         k = self.best_k(key, limit, with_draft_cost)
-        probe = self.probes.setdefault(key, _Probe())
+        probe = self.probes.setdefault(key.kind, _Probe())
         if k > 0:
             return k
         probe_k = min(limit, PROBE_K)
@@ -394,13 +456,13 @@ class AutoK(DraftPolicy):
         self.rounds_seen += 1
         # Time passes for every kind not drafted this round (the probe budget grows with it).
         spent = o.verify_s + o.draft_s + o.catchup_s + o.overhead_s
-        for key, probe in self.probes.items():
-            if not (o.drafted and key == o.key):
+        for kind, probe in self.probes.items():
+            if not (o.drafted and kind is o.key.kind):
                 probe.idle_s += spent
         if not o.drafted:
             return
         self.table(o.key).observe(o.drafted, o.accepted)
-        probe = self.probes.setdefault(o.key, _Probe())
+        probe = self.probes.setdefault(o.key.kind, _Probe())
         was_probe = o.key in self._probing
         self._probing.discard(o.key)
         probe.idle_s = 0.0
