@@ -16,8 +16,8 @@ import pytest
 from engine.decoding.events import RoundEvent, TokenEvent
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
 from engine.decoding.replay import (
-    K_MAX, PROFILES, REGIME, SYNTHETIC, CostProfile, Trace, all_cases, auto_policy, best_fixed, compare, fixed_policy,
-    load_traces, record_trace, recorded_profile, simulate,
+    K_MAX, PROFILES, REGIME, REGIME_CHANGES, SYNTHETIC, Comparison, CostProfile, Trace, all_cases, auto_policy,
+    best_fixed, compare, fixed_policy, load_traces, record_trace, recorded_profile, simulate, synthetic,
 )
 from engine.decoding.session import GenerationSettings, Session
 
@@ -80,32 +80,41 @@ def test_recorded_traces_are_in_the_repository():
     assert {t.category for t in traces} >= {"code_rewrite", "code_writing", "explanation", "summarisation", "translation"}
 
 
-def replay_all() -> list[tuple[str, float, float, int]]:
-    """(case, Auto / best fixed k, Auto / plain, best k) for every trace, profile and drafter."""
-    out = []
-    for case in all_cases(RECORDED):
-        c = compare(*case)
-        out.append((f"{c.profile} / {c.case}", c.vs_best, c.vs_plain, c.best_k))
-    return out
+def replay_all() -> list[Comparison]:
+    """Auto against plain and the best fixed k for every trace, profile and drafter."""
+    return [compare(*case) for case in all_cases(RECORDED)]
+
+
+def geomean(xs) -> float:
+    return float(np.exp(np.log(np.array(xs)).mean()))
 
 
 def test_auto_against_the_best_fixed_k_in_hindsight():
     """Issue 9's goal is Auto >= 0.95x the best fixed k on every trace and >= 0.98x plain where no k
-    beats plain. Measured (see the issue note): most cases meet it; the misses are short replies
-    (40-160 tokens) on GPU- and Apple-like costs, where the best k is long and a fresh Auto spends its
-    first rounds learning the acceptance that the fixed k was given in hindsight. What is asserted
-    here is what holds, so a change that makes Auto worse fails."""
+    beats plain. Measured (scripts/replay_report.py, see the issue note): it holds on every case on
+    this machine and with the slow drafter; the misses are GPU- and Apple-like costs, mostly short
+    replies (40-96 tokens) where the best k in hindsight is also the one whose block boundaries
+    happened to fall best among 17 (neighbouring k differ by up to 15% on one reply) and a fresh
+    Auto spends its first rounds learning. What is asserted here is what holds, so a change that
+    makes Auto worse fails."""
     results = replay_all()
-    assert len(results) >= 60
-    ratios = np.array([r for _, r, _, _ in results])
-    misses = [(c, r) for c, r, _, _ in results if r < 0.95]
-    assert float(np.exp(np.log(ratios).mean())) >= 0.98, "geometric mean of Auto / best fixed k"
-    assert ratios.min() >= 0.82, min(results, key=lambda x: x[1])
-    assert len(misses) <= 0.2 * len(results), misses
-    # Where plain decoding is the best choice, Auto stays within 6% of it (the goal is 2%: the
-    # misses are lookup drafts tried on this CPU, where verifying a block costs ~n single steps).
-    assert all(vs_plain >= 0.94 for c, _, vs_plain, k in results if k == 0), [
-        (c, vs_plain) for c, _, vs_plain, k in results if k == 0 and vs_plain < 0.94]
+    assert len(results) >= 180
+    misses = [(c.profile, c.case, round(c.vs_best, 3)) for c in results if c.vs_best < 0.95]
+    assert geomean([c.vs_best for c in results]) >= 0.99, "geometric mean of Auto / best fixed k"
+    for profile in {c.profile for c in results}:
+        assert geomean([c.vs_best for c in results if c.profile == profile]) >= 0.98, profile
+    worst = min(results, key=lambda c: c.vs_best)
+    assert worst.vs_best >= 0.85, worst
+    assert len(misses) <= 0.08 * len(results), misses
+    assert not [m for m in misses if m[0] in ("this machine", "cpu-slow-drafter")], misses
+    # Where plain decoding is the best choice: the goal (2%) holds on GPU-like costs and with the
+    # slow drafter. On Apple-like costs Auto keeps the drafter able to come back by reading its
+    # backlog at ~1.5% of a plain round per token (p=0.2: 0.96-0.97x plain), and on this CPU a few
+    # lookup drafts near break-even cost 2.6% on one reply.
+    plain_best = [c for c in results if c.best_k == 0]
+    assert all(c.vs_plain >= 0.96 for c in plain_best), [c for c in plain_best if c.vs_plain < 0.96]
+    assert all(c.vs_plain >= 0.98 for c in plain_best if c.profile in ("gpu", "cpu-slow-drafter")), [
+        c for c in plain_best if c.vs_plain < 0.98]
 
 
 def test_on_this_machine_auto_meets_the_goals_with_the_model_drafter():
@@ -130,19 +139,22 @@ def rate_of(k: int, p: float, profile: CostProfile) -> float:
     return e / (profile.verify(k + 1) + k * profile.draft_step)
 
 
-@pytest.mark.parametrize("pname", ["gpu"])
-def test_auto_follows_a_regime_change_within_64_rounds(pname):
-    """Holds where the drafter reads a backlog cheaply (GPU). On Apple-like costs (a batched read
-    costs 1.6% of a target step per token) a probe's catch-up outweighs the 1.5% probing budget, so
-    once the drafter is off for the 0.2 stretch Auto does not come back for the 0.9 one: an honest
-    price, and a known shortfall (issue 9 note)."""
-    profile = PROFILES[pname]
-    sim = simulate(REGIME, profile, auto_policy("model"), "model")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("pname", [*PROFILES, "this machine"])
+def test_auto_follows_a_regime_change_within_64_rounds(pname, seed):
+    """On every profile, for the regime trace and two more draws of it. On Apple-like costs this
+    holds because a probe pays for the drafter's backlog only beyond 2% of a plain round per token
+    read (reading it costs 1.6%): charged in full, the read outweighed the 1.5% probing budget and
+    Auto never came back. With the slow drafter and on this machine no draft length pays even at
+    0.9, and Auto stays plain."""
+    profile = PROFILES[pname] if pname in PROFILES else recorded()[0]
+    trace = REGIME if seed == 0 else synthetic("regime", [(0.2, 400), (0.9, 800), (0.2, 400)], seed)
+    sim = simulate(trace, profile, auto_policy("model"), "model")
     # Where the text changes (token 400: 0.2 -> 0.9; token 1200: back to 0.2), find the round, then
     # require every k Auto picks from 64 rounds later on (until the next change) to be within 10% of
     # the best fixed k's expected speed for the new acceptance.
     starts = np.cumsum([0] + [a + 1 for a in sim.accepted])
-    for change, stop, p in ((400, 1200, 0.9), (1200, 1600, 0.2)):
+    for change, stop, p in REGIME_CHANGES:
         first = int(np.searchsorted(starts, change))
         last = int(np.searchsorted(starts, stop)) - 1
         best = max(rate_of(k, p, profile) for k in range(K_MAX + 1))
