@@ -405,7 +405,8 @@ class AutoK(DraftPolicy):
         return out
 
     def rate(self, key: DraftKey, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
-        return self.rates(key, k, with_draft_cost, perfect)[k]
+        cost = self.round_cost(k, with_draft_cost)
+        return self.table(key).expected_tokens(k, perfect) / cost if cost else 0.0
 
     def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
         """The fastest k, or 0 unless it beats plain decoding by the margin."""
