@@ -229,6 +229,8 @@ def test_best_k_is_the_fastest_rate_and_must_beat_plain_by_the_margin():
     assert want == 2 and rates[2] > 1.02 * rates[0]
     assert auto.best_k(MODEL_KEY, 8, with_draft_cost=True) == 2
     assert auto.rate(MODEL_KEY, 2, True) == pytest.approx(rates[2])
+    assert auto.rates(MODEL_KEY, 8, True) == pytest.approx([rates[k] for k in range(9)])
+    assert len(auto.rates(MODEL_KEY, 20, True)) == 9  # no k beyond k_max
     assert auto.best_k(MODEL_KEY, 1, with_draft_cost=True) == 1  # the limit is a candidate itself
     assert auto.request(1) == DraftRequest(1, 1) and auto.request(8).model_k == 2
     # Without the drafting price (a free drafter) longer drafts pay.
