@@ -47,6 +47,28 @@ def isolated_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(autouse=True)
+def qt_objects_die_with_their_test(request):
+    """A GUI test's closed windows are deleted, and engine threads a closed window left busy are
+    waited for, before the next test starts. pytest-qt's deleteLater() from outside any event loop
+    is otherwise carried out only when some later test runs one, among another test's objects (a
+    fresh-clone run once died of SIGSEGV in pytest-qt's event processing at a later test's setup)."""
+    yield
+    if "qtbot" not in request.fixturenames:
+        return
+    import time
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    from app.control.controller import engine_threads_running
+
+    deadline = time.monotonic() + 120
+    while engine_threads_running() and time.monotonic() < deadline:
+        QCoreApplication.processEvents()
+        time.sleep(0.02)
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """Paths of the tiny models: 'target', 'drafter', 'other-vocab'."""
