@@ -32,9 +32,12 @@ if [ ${#tests[@]} -eq 0 ]; then
     for f in "${files[@]}"; do
         case "$f" in
             engine/decoding/sampling.py) tests+=(tests/test_exactness_sampling_rules.py tests/test_sampling_oracle.py) ;;
-            # the loop and the drafters: greedy edges first (fast), then the sampled distributions
-            engine/decoding/speculative.py|engine/decoding/drafters.py)
-                tests+=(tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_sampling_exactness.py) ;;
+            # the loop and the drafters: their own unit tests and the greedy edges first (fast), then
+            # the sampled distributions (slow)
+            engine/decoding/speculative.py)
+                tests+=(tests/test_mutation_kills_loop.py tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_sampling_exactness.py) ;;
+            engine/decoding/drafters.py)
+                tests+=(tests/test_mutation_kills_drafters.py tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_history_index.py tests/test_sampling_exactness.py) ;;
             engine/decoding/policy.py) tests+=(tests/test_policy_units.py tests/test_policy.py tests/test_replay.py) ;;
             *) echo "no default tests for $f: name them after --" >&2; exit 2 ;;
         esac
