@@ -4,7 +4,7 @@ Model drafts are compared with the drafter model's own plain decoding: a second 
 drafter decodes the same context from an empty cache, token by token, and its argmax chain, its
 softmax in float64 and, sampled, the float64 chain of tests/llama_oracle.py are the reference.
 Prompt lookup is compared with continuations worked out by hand. Timings are only bounded by
-the wall time around the call (never compared with a speed). About 3 s.
+the wall time around the call (never compared with a speed). About 2 s on the 2-core machine.
 """
 from __future__ import annotations
 
