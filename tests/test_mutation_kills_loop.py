@@ -309,6 +309,17 @@ def test_a_rounds_costs_as_the_drafter_and_the_clock_report_them(fresh, monkeypa
     assert any(r.accepted == 0 for r in rounds)
 
 
+def test_a_round_whose_consumer_stops_listening_is_still_priced(fresh):
+    for m in fresh.values():
+        m.clear()
+    drafter, policy, costs = ModelDrafter(fresh["drafter"], is_eog=lambda t: False), Recording(3), RecordingCosts()
+    events = generate(fresh["target"], prompt_of(fresh), GREEDY, drafter, policy, max_tokens=12, costs=costs)
+    first = next(e for e in events if isinstance(e, TokenEvent))
+    events.close()  # as a consumer that stops reading after the first token
+    assert first.round == 1 and len(costs.records) == 1
+    assert costs.records[0] == policy.outcomes[0] and costs.records[0].drafted == 3
+
+
 def test_the_drafter_reads_the_prompt_with_the_target_and_is_handed_the_stop(fresh):
     target, dm = fresh["target"], fresh["drafter"]
     seen = []

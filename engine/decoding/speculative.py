@@ -303,7 +303,7 @@ def generate(
         finish = FinishReason.CONTEXT_FULL
     finally:
         steps.close()  # caches rewound now, even when the consumer stopped listening
-    if pending is not None:  # a consumer that stopped listening mid-round
-        costs.record(pending[0])
+        if pending is not None:  # a consumer stopped listening mid-round: the round was still paid for
+            costs.record(pending[0])
     text.flush()  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
     yield DoneEvent(finish_reason=finish, text="".join(text.parts), stats=stats.finish(costs, note))
