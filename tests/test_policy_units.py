@@ -6,7 +6,8 @@ import math
 import pytest
 
 from engine.decoding.events import DraftKind
-from engine.decoding.policy import (
+from engine.decoding.policy import (  # noqa: I001
+    _Probe,
     MODEL_KEY, PROBE_BUDGET, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
     RoundOutcome, make_policy,
 )
@@ -274,6 +275,22 @@ def test_even_a_perfect_drafter_that_cannot_win_is_never_probed():
         assert auto.request(2).model_k == 0
         auto.observe(outcome(verify_s=0.1))
     assert auto.probes[DraftKind.MODEL].idle_s == math.inf
+
+
+def test_a_first_look_dearer_than_a_plain_round_waits_for_its_budget():
+    probe = _Probe()
+    assert probe.due(0.05, first_look=0.1) and probe.idle_s == math.inf  # cheap: at once
+    assert not probe.due(0.5, first_look=0.1) and probe.idle_s == 0.0  # dear: it starts earning
+    probe.idle_s = 0.5 / PROBE_BUDGET
+    assert probe.due(0.5, first_look=0.1) and not probe.due(0.5 + 1e-6, first_look=0.1)
+    # Through request(), costs like this CPU's (drafting does not pay at the prior, a perfect drafter
+    # would): a plain round costs 0.1 s, and of reading a 600-token backlog 2% of a plain round per
+    # token (1.198 s) is allowed. At 1.2 s the look costs 0.002 s net, so it is due at once; at 2.4 s
+    # the charged 1.2 s outweighs a plain round and the drafter waits for its budget.
+    for catchup, first in ((1.2, 1), (2.4, 0)):
+        c = priced({1: 0.1, 2: 0.15, 3: 0.2}, draft=0.03)
+        c.catchup.add(599, catchup)
+        assert AutoK(c, k_max=2).request(2, behind=600).model_k == first, catchup
 
 
 def test_a_probe_goes_through_request_and_only_a_full_accept_after_it_looks_again():

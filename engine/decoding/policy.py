@@ -22,7 +22,7 @@ What each price covers, so that none is inflated by how long drafting was off:
   one wins outright.
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
-tried at once); a probe that is fully accepted is followed straight away by another, so a drafter
+tried at once if that look costs at most a plain round); a probe that is fully accepted is followed straight away by another, so a drafter
 that starts agreeing again is back within a few rounds. A probe pays for the model drafter's
 backlog only beyond 2% of a plain round per token read: where reading is that cheap, keeping the
 drafter in step is a standing price that lets it come back at all. Auto never probes when even a
@@ -355,11 +355,16 @@ class _Probe:
 
     def __init__(self) -> None:
         # Decoding time since drafting of this kind last ran: a kind never tried is due at once
-        # (its first look teaches the most, and a short reply cannot wait for the budget).
+        # when its look costs at most a plain round (it teaches the most, and a short reply cannot
+        # wait for the budget).
         self.idle_s = math.inf
         self.again = False  # the last probe was fully accepted: look again at once
 
-    def due(self, net_cost: float) -> bool:
+    def due(self, net_cost: float, first_look: float = math.inf) -> bool:
+        if self.idle_s == math.inf and net_cost > first_look:
+            # A first look dearer than `first_look` (a plain round) earns its budget like any other:
+            # on a CPU, reading a long prompt into the drafter costs seconds (measured: 0.84x).
+            self.idle_s = 0.0
         return self.again or net_cost <= PROBE_BUDGET * self.idle_s
 
 
@@ -438,7 +443,10 @@ class AutoK(DraftPolicy):
         probe_k = min(limit, PROBE_K)
         if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
             return 0  # even a perfect drafter could not win here
-        if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost)):
+        # A first look at a model drafter reads its backlog (the whole prompt): at once only when that
+        # costs at most a plain round. A lookup has no backlog: its first look is at once.
+        first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else math.inf
+        if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost), first_look=first_look):
             self._probing.add(key)
             return probe_k
         return 0
