@@ -221,17 +221,22 @@ _vocab_cache: dict[str, tuple[int, int, "TokenDigests"]] = {}
 _text_reasons: dict[tuple[str, str], tuple[tuple, list[str]]] = {}  # pairs whose token text differs: why
 
 
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    """A file's cache key and what must not have changed for a cached answer to hold."""
+    st = path.stat()
+    return str(path.absolute()), st.st_size, st.st_mtime_ns
+
+
 def _info(path: Path) -> GGUFInfo:
     """Validated header (tokens not read), cached while the file's size and mtime stay the same."""
     try:
-        st = path.stat()
+        key, size, mtime = _stat_key(path)
     except FileNotFoundError:
         raise ModelFileError(f"model file not found: {path}") from None
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    key = str(path.absolute())
     hit = _info_cache.get(key)
-    if hit and hit[:2] == (st.st_size, st.st_mtime_ns):
+    if hit and hit[:2] == (size, mtime):
         return hit[2]
     try:
         info = validate_gguf(path, read_tokens=False)
@@ -239,7 +244,7 @@ def _info(path: Path) -> GGUFInfo:
         raise ModelFileError(f"cannot read {path}: permission denied") from None
     except OSError as exc:  # e.g. a file that vanished or a device error mid-read
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    _info_cache[key] = (st.st_size, st.st_mtime_ns, info)
+    _info_cache[key] = (size, mtime, info)
     return info
 
 
@@ -411,11 +416,6 @@ class TokenDigests:
             return None
         at = (length - self.first) * self.DIGEST_BYTES
         return self.tail[at : at + self.DIGEST_BYTES]
-
-
-def _stat_key(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return str(path.absolute()), st.st_size, st.st_mtime_ns
 
 
 def _token_digests(path: Path) -> TokenDigests:
