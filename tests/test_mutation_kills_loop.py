@@ -21,7 +21,7 @@ import engine.decoding.speculative as speculative
 from engine.decoding.drafters import Draft, Drafter, ModelDrafter, keep_all
 from engine.decoding.events import DoneEvent, DraftKind, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
-from engine.decoding.policy import CostModel, DraftKey, DraftRequest, FixedK
+from engine.decoding.policy import MODEL_KEY, AutoK, CostModel, DraftKey, DraftRequest, FixedK
 from engine.decoding.sampling import Distribution, SamplingParams
 from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled
 from engine.errors import ContextFullError, EngineError
@@ -120,9 +120,9 @@ class Recording(FixedK):
         super().__init__(k)
         self.requests, self.outcomes = [], []
 
-    def request(self, limit, behind=0):
-        self.requests.append((limit, behind))
-        return super().request(limit, behind)
+    def request(self, limit, behind=0, remaining=None):
+        self.requests.append((limit, behind, remaining))
+        return super().request(limit, behind, remaining)
 
     def observe(self, outcome) -> None:
         self.outcomes.append(outcome)
@@ -130,8 +130,8 @@ class Recording(FixedK):
 
 def test_a_draft_step_asks_the_policy_with_the_drafters_backlog_and_passes_the_stop_on():
     drafter, policy, stop, rng = StubDrafter([4, 5, 6], behind=7), Recording(2), threading.Event(), np.random.default_rng(0)
-    draft = draft_step(drafter, policy, [1, 2, 3], 5, GREEDY, rng, stop)
-    assert policy.requests == [(5, 7)] and draft.tokens == [4, 5]
+    draft = draft_step(drafter, policy, [1, 2, 3], 5, 9, GREEDY, rng, stop)
+    assert policy.requests == [(5, 7, 9)] and draft.tokens == [4, 5]
     assert drafter.calls == [([1, 2, 3], DraftRequest(2, 2), GREEDY, rng, policy.prune, stop)]
 
 
@@ -335,6 +335,32 @@ def test_the_drafter_reads_the_prompt_with_the_target_and_is_handed_the_stop(fre
     assert events[-1].finish_reason is FinishReason.LENGTH and seen and all(s is stop for s in seen)
     # the prompt was read at prefill: no round, the first included, starts with a catch-up
     assert [o.catchup_tokens for o in policy.outcomes] == [0] * len(policy.outcomes)
+    # each round is told what the reply may still emit: 10 less what the rounds before it emitted
+    emitted = [0]
+    for o in policy.outcomes[:-1]:
+        emitted.append(emitted[-1] + o.accepted + 1)
+    assert [r[2] for r in policy.requests] == [10 - e for e in emitted]
+
+
+def test_auto_leaves_the_prompt_to_its_first_round_and_pays_for_it_there(fresh):
+    target, dm = fresh["target"], fresh["drafter"]
+    prompt = prompt_of(fresh)
+    for policy, read in ((FixedK(2), len(prompt) - 1), (AutoK(CostModel()), 0)):
+        target.clear(), dm.clear()
+        speculative.prefill(target, prompt, ModelDrafter(dm), policy, None)
+        assert len(dm.kv) == read, policy.label
+    # Auto drafting from the first round (reading is cheap here): that round reads the prompt, priced
+    costs = RecordingCosts()
+    for n in (1, 2, 3, 4):
+        costs.add_verify(n, 0.1)
+    costs.draft_per_token.add(0.001)
+    costs.catchup.add(len(prompt) - 1, 0.001)
+    target.clear(), dm.clear()
+    auto = AutoK(costs, k_max=3)
+    list(generate(target, prompt, GREEDY, ModelDrafter(dm, is_eog=lambda t: False), auto, max_tokens=8, costs=costs))
+    first = costs.records[0]
+    assert first.drafted == 3 and first.catchup_tokens == len(prompt) - 1 and first.catchup_s > 0.0
+    assert all(o.catchup_tokens == 0 for o in costs.records[1:])
 
 
 def test_a_stop_before_the_prompt_is_read_leaves_the_drafter_idle(fresh):

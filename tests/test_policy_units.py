@@ -8,7 +8,7 @@ import pytest
 from engine.decoding.events import DraftKind
 from engine.decoding.policy import (  # noqa: I001
     _Probe,
-    MODEL_KEY, PROBE_BUDGET, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
+    MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
     RoundOutcome, make_policy,
 )
 
@@ -433,3 +433,31 @@ def test_lookup_drafts_are_priced_without_the_model_drafters_cost():
     auto = AutoK(priced(verify, draft=1.0), k_max=4)  # a model draft step would cost ten target steps
     auto.tables[LOOKUP3] = Fixed([0.9] * 4)
     assert auto.prune(LOOKUP3, 4) == 4
+
+
+def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_reading_it():
+    # Worked by hand: a plain round 0.1 s a token; a perfect one-token draft, 2 tokens for
+    # 0.12 + 0.02 s = 0.07 s a token: 0.03 s saved a token. Reading the 99-token backlog is
+    # charged beyond 2% of a plain round a token (0.198 s). Over 50 tokens to go, 1.5 s is saved.
+    def auto_with(catchup: float) -> AutoK:
+        c = priced({1: 0.1, 2: 0.12}, draft=0.02)
+        c.catchup.add(99, catchup)
+        auto = AutoK(c, k_max=1)
+        auto.tables[MODEL_KEY] = Fixed([1.0])
+        auto.probes[DraftKind.MODEL] = _Probe()
+        auto.probes[DraftKind.MODEL].idle_s = 0.0  # it drafted just now: no probe is due (a decline is 0)
+        return auto
+
+    assert auto_with(0.198 + 1.5 - 1e-6).request(1, behind=100, remaining=50).model_k == 1
+    assert auto_with(0.198 + 1.5 + 1e-6).request(1, behind=100, remaining=50).model_k == 0
+    assert auto_with(0.198 + 1.5 + 1e-6).request(1, behind=100, remaining=51).model_k == 1
+    # The horizon is at most REPLY_HORIZON tokens however long max_tokens is, and None means it.
+    at_horizon = 0.198 + 0.03 * REPLY_HORIZON
+    assert auto_with(at_horizon - 1e-6).request(1, behind=100).model_k == 1
+    assert auto_with(at_horizon + 1e-6).request(1, behind=100, remaining=10 * REPLY_HORIZON).model_k == 0
+    # Caught up (the token to score is all it has not read): no backlog to pay for.
+    assert auto_with(1000.0).request(1, behind=1, remaining=2).model_k == 1
+    # One unread token costs a 99th of the 99 (in proportion), less its 0.002 s allowance, against
+    # 0.06 s saved over 2 tokens: 99 * 0.062 s is where it stops paying.
+    assert auto_with(99 * 0.062 - 1e-6).request(1, behind=2, remaining=2).model_k == 1
+    assert auto_with(99 * 0.062 + 1e-6).request(1, behind=2, remaining=2).model_k == 0

@@ -13,7 +13,10 @@ What each price covers, so that none is inflated by how long drafting was off:
 - D is one drafter step: a model drafter that must first read tokens it has not seen (after plain
   or lookup rounds) reports that catch-up apart, priced per token of a batched read like prefill.
 - Catch-up is a cost of turning drafting back on, so it is charged to probes, not to the
-  steady-state choice of k.
+  steady-state choice of k. When that choice says draft but the drafter is behind (the prompt, at a
+  reply's first round: Auto does not have the drafter read it with the target's prefill), drafting
+  starts only if what it is expected to save over the reply's next tokens (at most REPLY_HORIZON)
+  pays for the read; otherwise the read waits for a probe's budget like any other.
 - Acceptance is a Beta posterior per kind of draft: a prior for the kind (a model drafter usually
   agrees, a lookup often does not), updated by the judgements of the last 16 rounds, and per
   position by that position's own judgements of the last 32 rounds. The windows count rounds, so
@@ -46,6 +49,9 @@ PROBE_BUDGET = 0.015
 #: token read: below it (a GPU, Apple silicon) keeping the drafter in step is a small standing
 #: price, paid whenever it drafts again, and charging it all to one probe would keep it off for good.
 BACKLOG_ALLOWANCE = 0.02
+#: Tokens of a reply ahead that must repay reading a model drafter's backlog before it drafts (fewer
+#: when max_tokens leaves fewer): about a short answer, so a long prompt is read only when it pays soon.
+REPLY_HORIZON = 256
 #: Margin a draft must win by over plain decoding.
 MARGIN = 1.02
 #: Prior acceptance of a kind of draft, as a Beta (mean, worth this many judgements): a model
@@ -229,9 +235,9 @@ class DraftPolicy(ABC):
     label: str = ""
 
     @abstractmethod
-    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:
         """What to ask of the drafter, at most `limit` tokens; `behind`: tokens a model drafter
-        would have to read before drafting."""
+        would have to read before drafting; `remaining`: tokens the reply may still emit."""
 
     def prune(self, key: DraftKey, proposed: int) -> int:
         """How many of `proposed` draft tokens of kind `key` to verify."""
@@ -245,11 +251,16 @@ class DraftPolicy(ABC):
         """Whether this policy ever asks for a draft (a drafter need not read the prompt otherwise)."""
         return True
 
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether the drafter reads the prompt with the target's prefill."""
+        return self.drafts
+
 
 class NoDraft(DraftPolicy):
     label = "none"
 
-    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:
         return DraftRequest()
 
     @property
@@ -266,7 +277,7 @@ class FixedK(DraftPolicy):
         self.k = k
         self.label = f"fixed k={k}"
 
-    def request(self, limit: int, behind: int = 0) -> DraftRequest:
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:
         k = max(0, min(self.k, limit))
         return DraftRequest(k, k)
 
@@ -433,12 +444,22 @@ class AutoK(DraftPolicy):
         allowance = BACKLOG_ALLOWANCE * n * (self.round_cost(0, True) or 0.0)
         return max(0.0, self.costs.catchup_cost(n) - allowance)
 
-    def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0) -> int:
+    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None) -> bool:
+        """Whether drafting k a round saves, over the reply's next tokens, what reading the backlog costs."""
+        if behind <= 1:
+            return True
+        rates = self.rates(key, k, True)
+        saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
+        horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
+        return saving * horizon >= self._backlog_price(behind - 1)
+
+    def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0,
+                remaining: int | None = None) -> int:
         if limit <= 0 or self.costs.verify_cost(1) is None:
             return 0  # nothing measured yet: plain decoding first, everything is priced against it
         k = self.best_k(key, limit, with_draft_cost)
         probe = self.probes.setdefault(key.kind, _Probe())
-        if k > 0:
+        if k > 0 and (not with_draft_cost or self._repays_backlog(key, k, behind, remaining)):
             return k
         probe_k = min(limit, PROBE_K)
         if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
@@ -452,8 +473,13 @@ class AutoK(DraftPolicy):
         return 0
 
     # -- the policy ----------------------------------------------------------
-    def request(self, limit: int, behind: int = 0) -> DraftRequest:
-        model_k = self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind) if self.drafter_is_model else 0
+    @property
+    def reads_prompt(self) -> bool:
+        return False  # the first round decides whether reading it pays, and prices it (_repays_backlog)
+
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:
+        model_k = (self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind, remaining=remaining)
+                   if self.drafter_is_model else 0)
         return DraftRequest(model_k, min(limit, self.k_max))
 
     def prune(self, key: DraftKey, proposed: int) -> int:

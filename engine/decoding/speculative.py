@@ -109,24 +109,24 @@ class Round:
 def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, policy: DraftPolicy,
             stop: threading.Event | None) -> tuple[list[int], int]:
     """The target reads the prompt less its last token (scored with the first draft); a drafter
-    reads it too, unless this policy never drafts. Returns the context and the reused prefix."""
+    reads it too, when the policy says so (Auto prices that read in its first round). Returns the context and the reused prefix."""
     reused = target.sync(prompt[:-1])
     for start in range(reused, len(prompt) - 1, target.n_batch):
         if stop is not None and stop.is_set():
             break  # a long prompt can take a while: a stop request is honoured between batches
         target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
-    if drafter is not None and policy.drafts and not (stop is not None and stop.is_set()):
+    if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
         drafter.begin(prompt)
     # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
     return list(prompt[: len(target.kv) + 1]), reused
 
 
-def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], limit: int, params: SamplingParams,
-               rng: np.random.Generator, stop: threading.Event | None) -> Draft:
+def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], limit: int, remaining: int,
+               params: SamplingParams, rng: np.random.Generator, stop: threading.Event | None) -> Draft:
     """1. draft: what the policy asks for, pruned to what it thinks is worth verifying."""
     if drafter is None:
         return _NO_DRAFT
-    request = policy.request(limit, drafter.behind(ctx))
+    request = policy.request(limit, drafter.behind(ctx), remaining)
     if not request.any:
         return _NO_DRAFT
     return drafter.propose(ctx, request, params, rng, policy.prune, stop)
@@ -191,7 +191,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             raise ContextFullError("the context is full")
         number += 1
         limit = min(room, max_tokens - emitted - 1, k_cap)
-        draft = draft_step(drafter, policy, ctx, limit, params, rng, stop)
+        draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
         rows, verify_s = verify(target, ctx, draft)
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
