@@ -53,6 +53,8 @@ cat >> "$work/pyproject.toml" <<TOML
 
 [tool.mutmut]
 source_paths = ["engine"]
+# the recorded benchmark traces that tests/test_replay.py replays
+also_copy = ["resources/bench"]
 only_mutate = $(toml_list "${files[@]}")
 pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
 # the real model pair is slow to load and adds nothing the tiny models do not catch

@@ -52,10 +52,13 @@ def qt_objects_die_with_their_test(request):
     """A GUI test's closed windows are deleted, and engine threads a closed window left busy are
     waited for, before the next test starts. pytest-qt's deleteLater() from outside any event loop
     is otherwise carried out only when some later test runs one, among another test's objects (a
-    fresh-clone run once died of SIGSEGV in pytest-qt's event processing at a later test's setup)."""
+    fresh-clone run once died of SIGSEGV in pytest-qt's event processing at a later test's setup).
+    Windows held by reference cycles (slots that capture them) are collected here too, where no Qt
+    event is being delivered, rather than by whichever later allocation triggers the collector."""
     yield
     if "qtbot" not in request.fixturenames:
         return
+    import gc
     import time
 
     from PySide6.QtCore import QCoreApplication, QEvent
@@ -66,6 +69,8 @@ def qt_objects_die_with_their_test(request):
     while engine_threads_running() and time.monotonic() < deadline:
         QCoreApplication.processEvents()
         time.sleep(0.02)
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
