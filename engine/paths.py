@@ -39,6 +39,11 @@ def models_dir() -> Path:
     return Path(override) if override else data_dir() / "models"
 
 
+def installed_app() -> bool:
+    """True in a PyInstaller bundle: there is no Python to add packages to or run commands with."""
+    return bool(getattr(sys, "frozen", False))
+
+
 def resources_dir() -> Path:
     """The repository's resources/ folder, or the bundle's copy when frozen by PyInstaller."""
     frozen = getattr(sys, "_MEIPASS", None)

