@@ -109,7 +109,8 @@ class Round:
 def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, policy: DraftPolicy,
             stop: threading.Event | None) -> tuple[list[int], int]:
     """The target reads the prompt less its last token (scored with the first draft); a drafter
-    reads it too, when the policy says so (Auto prices that read in its first round). Returns the context and the reused prefix."""
+    reads it too when the policy says so (Auto prices that read in its first round instead).
+    Returns the context and the reused prefix."""
     reused = target.sync(prompt[:-1])
     for start in range(reused, len(prompt) - 1, target.n_batch):
         if stop is not None and stop.is_set():
