@@ -27,10 +27,9 @@ While drafting of a kind is off, Auto probes with a one-token draft when the pro
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
 tried at once if that look costs at most a plain round); a probe that is fully accepted is
 followed straight away by another, so a drafter that starts agreeing again is back within a few
-rounds. A probe pays for the model drafter's
-backlog only beyond 2% of a plain round per token read: where reading is that cheap, keeping the
-drafter in step is a standing price that lets it come back at all. Auto never probes when even a
-perfect drafter could not beat plain decoding.
+rounds. A probe pays for the model drafter's backlog only beyond 2% of a plain round per token
+read: where reading is that cheap, keeping the drafter in step is a standing price that lets it
+come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
 """
 from __future__ import annotations
 
