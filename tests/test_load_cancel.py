@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import threading  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -169,6 +170,36 @@ def engine(qtbot):
     worker.release()
 
 
+class Heard(QObject):
+    """A signal's arguments, once it is emitted, received on the GUI thread.
+
+    Not pytest-qt's waitSignal for the worker's signals: it connects a plain callable, which runs
+    on the emitting engine thread, and can quit its event loop before the GUI thread has entered it.
+    A fresh-clone run under load then sat in that loop with the signal already received."""
+
+    def __init__(self, signal) -> None:
+        super().__init__()
+        self.args: list | None = None
+        self.on: int | None = None  # the thread it was received on
+        signal.connect(self._heard)  # a method of a QObject on the GUI thread: queued from the engine thread
+
+    def _heard(self, *args) -> None:
+        if self.args is None:
+            self.args, self.on = list(args), threading.get_ident()
+
+
+@contextmanager
+def heard(qtbot, signal, timeout: int = LOAD_TIMEOUT_MS):
+    """Like `qtbot.waitSignal`: waits at the end of the block for `signal`; `.args` holds what it carried."""
+    h = Heard(signal)
+    try:
+        yield h
+        qtbot.waitUntil(lambda: h.args is not None, timeout=timeout)
+        assert h.on == threading.get_ident()
+    finally:
+        signal.disconnect(h._heard)
+
+
 def hold_at(worker: EngineWorker, stage: str, fraction: float) -> tuple[threading.Event, threading.Event, list]:
     """Hold the engine thread inside llama.cpp's progress callback once `stage` reaches `fraction`,
     until the returned gate is set. Returns (reached, gate, fractions seen)."""
@@ -189,7 +220,7 @@ def test_the_gui_cancels_a_running_real_load_and_the_next_one_works(qtbot, engin
     target, drafter = real_pair
     reached, gate, seen = hold_at(worker, "target", 0.5)
     req = LoadRequest(target, str(drafter), LoadSettings(n_ctx=512))
-    with qtbot.waitSignal(worker.sig_load_failed, timeout=LOAD_TIMEOUT_MS) as failed:
+    with heard(qtbot, worker.sig_load_failed) as failed:
         requests.load.emit(req)
         qtbot.waitUntil(reached.is_set, timeout=LOAD_TIMEOUT_MS)
         worker.cancel_load()  # what a Cancel button or a model switch calls, from the GUI thread
@@ -198,7 +229,7 @@ def test_the_gui_cancels_a_running_real_load_and_the_next_one_works(qtbot, engin
     assert got_req is req and isinstance(exc, LoadCancelled) and still is None
     assert max(v for w, v in seen if w == "target") < 1.0 and not any(w == "drafter" for w, _ in seen)
     assert not worker.holds_models and not mapped(target) and not mapped(drafter)
-    with qtbot.waitSignal(worker.sig_loaded, timeout=LOAD_TIMEOUT_MS) as loaded:
+    with heard(qtbot, worker.sig_loaded) as loaded:
         requests.load.emit(LoadRequest(target, "lookup", LoadSettings(n_ctx=512)))
     assert loaded.args[0].drafter_label == "lookup" and worker.holds_models
 
@@ -206,20 +237,20 @@ def test_the_gui_cancels_a_running_real_load_and_the_next_one_works(qtbot, engin
 def test_a_cancelled_switch_keeps_the_pair_in_use(qtbot, engine, tiny):
     worker, requests = engine
     first = LoadRequest(tiny["target"], "lookup", LoadSettings(n_ctx=256, n_threads=1))
-    with qtbot.waitSignal(worker.sig_loaded, timeout=LOAD_TIMEOUT_MS) as loaded:
+    with heard(qtbot, worker.sig_loaded) as loaded:
         requests.load.emit(first)
     info = loaded.args[0]
 
     queued = LoadRequest(tiny["other-vocab"], "none", LoadSettings(n_ctx=256, n_threads=1))
     worker.cancel_load(queued)  # cancelled before the engine thread reached it
-    with qtbot.waitSignal(worker.sig_load_failed, timeout=LOAD_TIMEOUT_MS) as failed:
+    with heard(qtbot, worker.sig_load_failed) as failed:
         requests.load.emit(queued)
     assert isinstance(failed.args[1], LoadCancelled) and failed.args[2] is info
     assert not mapped(tiny["other-vocab"])
 
     reached, gate, _ = hold_at(worker, "drafter", 0.3)  # same target: only the drafter loads
     switch = LoadRequest(tiny["target"], str(tiny["drafter"]), LoadSettings(n_ctx=256, n_threads=1))
-    with qtbot.waitSignal(worker.sig_load_failed, timeout=LOAD_TIMEOUT_MS) as failed:
+    with heard(qtbot, worker.sig_load_failed) as failed:
         requests.load.emit(switch)
         qtbot.waitUntil(reached.is_set, timeout=LOAD_TIMEOUT_MS)
         worker.cancel_load(switch)
