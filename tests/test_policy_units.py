@@ -286,8 +286,9 @@ def test_a_first_look_dearer_than_a_plain_round_waits_for_its_budget():
     # Through request(), costs like this CPU's (drafting does not pay at the prior, a perfect drafter
     # would): a plain round costs 0.1 s, and of reading a 600-token backlog 2% of a plain round per
     # token (1.198 s) is allowed. At 1.2 s the look costs 0.002 s net, so it is due at once; at 2.4 s
-    # the charged 1.2 s outweighs a plain round and the drafter waits for its budget.
-    for catchup, first in ((1.2, 1), (2.4, 0)):
+    # the charged 1.2 s outweighs a plain round and the drafter waits for its budget; at 1.338 s the
+    # look's 0.14 s is dearer than a plain round, though cheaper than a round that drafts one token.
+    for catchup, first in ((1.2, 1), (2.4, 0), (1.338, 0)):
         c = priced({1: 0.1, 2: 0.15, 3: 0.2}, draft=0.03)
         c.catchup.add(599, catchup)
         assert AutoK(c, k_max=2).request(2, behind=600).model_k == first, catchup
