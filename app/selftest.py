@@ -35,7 +35,7 @@ def _say(label: str, text: str) -> None:
 
 
 def _where() -> str:
-    if getattr(sys, "frozen", False):
+    if paths.installed_app():
         return f"installed bundle at {Path(sys.executable).resolve().parent}"
     return f"source checkout (Python {sys.version.split()[0]})"
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import html
 import importlib.util
-import sys
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QFrame, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.errors import EngineError
+from engine.paths import installed_app
 
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
@@ -23,14 +23,9 @@ from app.models.task_row import TaskRow
 from app.control.tasks import Task, TaskState
 
 
-def installed_as_app() -> bool:
-    """Running from a bundle (PyInstaller), not from a Python environment."""
-    return bool(getattr(sys, "frozen", False))
-
-
 def offline_pair_available() -> bool:
     """The default pair's model packages are importable (never in a bundle)."""
-    if installed_as_app():
+    if installed_app():
         return False
     from engine.models.default_pair import DEFAULT_MODELS
 
