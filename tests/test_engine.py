@@ -375,3 +375,27 @@ def test_a_broken_or_refusing_chat_template_is_a_message_not_a_crash(tmp_path):
             s.render([{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}])
     finally:
         s.close()
+
+
+def test_decoded_rows_are_llama_cpps_own_also_after_its_logits_buffer_moves(tiny):
+    """decode() keeps a view onto llama.cpp's logits buffer per row count. llama.cpp reallocates
+    that buffer when a pass wants more rows than it holds, so every returned row must equal what
+    llama.cpp's own per-row accessor (llama_get_logits_ith) reads, whichever sizes came before."""
+    import llama_cpp as lc
+
+    m = LlamaModel(tiny["target"], LoadSettings(n_ctx=256, n_batch=64))
+    try:
+        toks = m.tokenize(" ".join(PROMPTS * 3))
+        assert len(toks) >= 16
+        seen = []
+        for chunk, logits in [(toks[:3], "last"), (toks[3:4], "last"), (toks[4:12], "all"),
+                              (toks[12:13], "last"), (toks[13:15], "all"), (toks[15:16], "all")]:
+            rows = m.decode(chunk, logits)
+            assert rows.shape == (len(chunk) if logits == "all" else 1, m.n_vocab)
+            for i in range(rows.shape[0]):
+                ref = np.ctypeslib.as_array(lc.llama_get_logits_ith(m._ctx, i - rows.shape[0]), shape=(m.n_vocab,))
+                np.testing.assert_array_equal(rows[i], ref)
+            seen.append(rows[-1].copy())
+        assert not np.array_equal(seen[0], seen[1])  # the rows moved on with the context
+    finally:
+        m.close()
