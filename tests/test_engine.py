@@ -399,3 +399,34 @@ def test_decoded_rows_are_llama_cpps_own_also_after_its_logits_buffer_moves(tiny
         assert not np.array_equal(seen[0], seen[1])  # the rows moved on with the context
     finally:
         m.close()
+
+
+def test_bench_compares_auto_with_the_fixed_k_best_over_the_repeats_not_each_runs_luckiest():
+    from engine.frontends.bench import RunResult, _best_fixed, summarise
+
+    def run(prompt, variant, repeat, tps, family, fixed=True):
+        return RunResult(prompt, prompt, variant, repeat, 10, tps, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, None, "length", 1.0,
+                         family=family, fixed=fixed)
+
+    results = []
+    for rep, (plain, k2, lk4, auto, combined) in enumerate([(10, 12, 13, 11, 11), (10, 8, 9, 11, 12), (10, 8, 9, 11, 10)]):
+        results += [run("p", "plain", rep, plain, "plain"), run("p", "D k=2", rep, k2, "D"),
+                    run("p", "lookup k=4", rep, lk4, "lookup"), run("p", "D k=auto", rep, auto, "D", fixed=False),
+                    run("p", "auto", rep, combined, "lookup+D", fixed=False),
+                    run("q", "plain", rep, 100, "plain"), run("q", "D k=auto", rep, 50, "D", fixed=False)]
+    auto = [r for r in results if r.variant == "D k=auto" and r.prompt_id == "p"]
+    # plain (median 10) beats k=2 (median 8), though k=2 was fastest in repeat 0 (12)
+    assert [_best_fixed(results, r) for r in auto] == [10, 10, 10]
+    # lookup + model: lookup k=4 counts too, and its median 9 still loses to plain's 10
+    combined = [r for r in results if r.variant == "auto"]
+    assert [_best_fixed(results, r) for r in combined] == [10, 10, 10]
+    # another prompt is judged on its own runs only
+    assert _best_fixed(results, next(r for r in results if r.prompt_id == "q" and not r.fixed)) == 100
+    table = summarise(results)["table"]["p"]  # category = prompt here
+    assert table["D k=auto"]["auto_vs_best_fixed"] == pytest.approx(11 / 10)  # not the median of 11/12, 11/10, 11/10
+    assert table["auto"]["auto_vs_best_fixed"] == pytest.approx(11 / 10)  # 11/10, 12/10, 10/10
+    # one repeat: the hindsight choice is that run's fastest
+    one = [r for r in results if r.repeat == 0]
+    assert _best_fixed(one, auto[0]) == 12
+    # a chosen variant without a run in Auto's repeat gives nothing to compare with
+    assert _best_fixed([r for r in results if not (r.variant == "plain" and r.repeat == 2)], auto[2]) == 0.0
