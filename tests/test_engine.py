@@ -425,6 +425,13 @@ def test_bench_compares_auto_with_the_fixed_k_best_over_the_repeats_not_each_run
     table = summarise(results)["table"]["p"]  # category = prompt here
     assert table["D k=auto"]["auto_vs_best_fixed"] == pytest.approx(11 / 10)  # not the median of 11/12, 11/10, 11/10
     assert table["auto"]["auto_vs_best_fixed"] == pytest.approx(11 / 10)  # 11/10, 12/10, 10/10
+    # lookup + model: the best may be either drafter alone
+    for prompt, plain_, k2, lk4, best in [("r", 10, 14, 12, 14), ("s", 10, 8, 15, 15)]:
+        runs = [run(prompt, "plain", 0, plain_, "plain"), run(prompt, "D k=2", 0, k2, "D"),
+                run(prompt, "lookup k=4", 0, lk4, "lookup"), run(prompt, "auto", 0, 13, "lookup+D", fixed=False)]
+        assert _best_fixed(runs, runs[-1]) == best
+    # nothing fixed to compare with
+    assert _best_fixed([auto[0]], auto[0]) == 0.0
     # one repeat: the hindsight choice is that run's fastest
     one = [r for r in results if r.repeat == 0]
     assert _best_fixed(one, auto[0]) == 12
