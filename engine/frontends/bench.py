@@ -445,7 +445,7 @@ def chart(summary: dict, path: Path) -> Path:
 
     cats = summary["categories"]
     variants = [v for v in summary["variants"] if v != PLAIN]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2))
     width = 0.8 / max(1, len(variants))
     palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
     for i, v in enumerate(variants):
@@ -462,8 +462,11 @@ def chart(summary: dict, path: Path) -> Path:
     ax2.set_ylim(0, 1)
     for ax in (ax1, ax2):
         ax.set_xticks(range(len(cats)), cats, rotation=20)
-    ax1.legend(fontsize=8)
-    fig.tight_layout()
+    # one legend under both plots: inside either one it covered bars
+    handles, labels = ax1.get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.01, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
