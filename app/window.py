@@ -1,6 +1,7 @@
 """The main window: conversation list | model bar, chat, legend, input | stats panel."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSize, Qt
@@ -29,6 +30,7 @@ from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.history.conversation_list import ConversationList
+from app.core import slot_errors
 from app.core.errors import Action, Level, Notice
 from app.history.export import write_markdown, write_trace
 from app.models.first_run import FirstRunPanel
@@ -97,6 +99,7 @@ class MainWindow(QMainWindow):
         self.conversations = ConversationList()
         self.bar = ModelBar()
         self.notice = NoticeBar()
+        self._previous_excepthook = slot_errors.install(self.notice.show_notice)
         self.chat = self.chat_pane.view
         self.chat.setObjectName("chat_view")
         self.legend = Legend()
@@ -200,7 +203,7 @@ class MainWindow(QMainWindow):
         self.conversations.sig_delete.connect(self._confirm_delete)
         self.conversations.sig_search.connect(c.set_search)
         self.bar.sig_target_chosen.connect(lambda p: c.update_settings(target=p))
-        self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d))
+        self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d, drafter_chosen=True))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.bar.sampling.sig_forget.connect(c.forget_past_chats)
@@ -400,4 +403,5 @@ class MainWindow(QMainWindow):
         self.controller.update_settings(window_geometry=bytes(self.saveGeometry().toBase64()).decode("ascii"),
                                         window_splitter=bytes(self.split.saveState().toBase64()).decode("ascii"))
         self.controller.shutdown()
+        sys.excepthook = self._previous_excepthook
         super().closeEvent(e)

@@ -177,7 +177,9 @@ class ChatView(QTextBrowser):
         for i, m in enumerate(self.messages[first:]):
             if i:
                 cur.insertBlock()
-            self._add(self._write_message(cur, m, live=not m.finished and first + i == len(self.messages) - 1))
+            last = first + i == len(self.messages) - 1
+            self._add(self._write_message(cur, m, live=not m.finished and last,
+                                          unanswered=last and m.role == Role.USER))
         cur.endEditBlock()
         cur.movePosition(QTextCursor.MoveOperation.End)
         self.setTextCursor(cur)
@@ -269,13 +271,13 @@ class ChatView(QTextBrowser):
         return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends,
                            m.rounds if rejected else None, rejected, m.id, self.options.actions)
 
-    def _write_message(self, cur: QTextCursor, m: Message, live: bool) -> ShownMessage:
-        """Writes `m` into the empty block at the cursor."""
+    def _write_message(self, cur: QTextCursor, m: Message, live: bool, unanswered: bool = False) -> ShownMessage:
+        """Writes `m` into the empty block at the cursor (`unanswered`: a question last on the path, no reply)."""
         shown = ShownMessage(m, cur.position(), Provenance())
         source, ends = self._source_of(m)
         w = self._writer(cur, shown, ends)
         w.fresh = True
-        write_header(w, m, self.options.actions)
+        write_header(w, m, self.options.actions, unanswered)
         if m.role == Role.USER:
             bf = QTextBlockFormat()
             bf.setBottomMargin(4)

@@ -31,13 +31,17 @@ _LINK_TIPS = {
     MessageAction.DELETE: "Delete this message",
 }
 _USER_LINKS = (("Copy", COPY), ("Edit", MessageAction.EDIT), ("Delete", MessageAction.DELETE))
+#: A question left without a reply (the reply failed to start, or the app stopped first): answer it.
+_UNANSWERED_LINKS = (("Retry", MessageAction.REGENERATE), *_USER_LINKS)
+_RETRY_TIP = "This question has no reply: answer it now, with the pair, k and sampling chosen now"
 _REPLY_LINKS = (("Copy", COPY), ("Regenerate", MessageAction.REGENERATE),
                 ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT), ("Delete", MessageAction.DELETE))
 _SEP = "  ·  "
 
 
-def write_header(w: ReplyWriter, m: Message, actions: bool) -> None:
-    """The header block (a user message's carries its time and links too: it has no footer)."""
+def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = False) -> None:
+    """The header block (a user message's carries its time and links too: it has no footer).
+    `unanswered`: a question last on the path with no reply, offered Retry."""
     f = w.formats
     bf = QTextBlockFormat()
     bf.setTopMargin(16)
@@ -58,7 +62,7 @@ def write_header(w: ReplyWriter, m: Message, actions: bool) -> None:
         if when:
             w.insert(_SEP + when, f.small)
         if actions:
-            _write_links(w, m, _USER_LINKS)
+            _write_links(w, m, _UNANSWERED_LINKS if unanswered else _USER_LINKS, unanswered)
 
 
 def write_end(w: ReplyWriter, m: Message, actions: bool) -> None:
@@ -107,14 +111,15 @@ def _write_alternatives(w: ReplyWriter, m: Message, actions: bool) -> None:
         w.insert("›", f.muted)
 
 
-def _write_links(w: ReplyWriter, m: Message, links) -> None:
+def _write_links(w: ReplyWriter, m: Message, links, unanswered: bool = False) -> None:
     f = w.formats
     w.insert("     ", f.small)
     for i, (label, name) in enumerate(links):
         if i:
             w.insert(_SEP, f.small)
         href = f"{COPY}:{m.id}" if name == COPY else f"action:{MessageAction(name).value}:{m.id}"
-        w.insert(label, f.link(href, _LINK_TIPS.get(name, "")))
+        tip = _RETRY_TIP if unanswered and name == MessageAction.REGENERATE else _LINK_TIPS.get(name, "")
+        w.insert(label, f.link(href, tip))
 
 
 def _with_tip(fmt: QTextCharFormat, tip: str) -> QTextCharFormat:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.history.records import Message
-from app.history.reply_stats import ReplyStats, pace, verdict
+from engine.decoding.events import Certainty
+
+from app.history.reply_stats import ReplyStats, modes_label, pace, verdict
 
 _MODEL_SUFFIX = ".gguf"
 
@@ -94,15 +96,18 @@ def footer(m: Message) -> Footer:
     numbers = [f"{snap.tokens_per_s:.1f} tok/s"] if snap.tokens_per_s else []
     if snap.drafted:
         numbers.append(f"{snap.acceptance_rate:.0%} accepted")
+        ran = modes_label(snap.modes)  # which mode ran (lookup, model, plain rounds)
+        if ran:
+            numbers.append(ran)
     if snap.rounds == 0:
         chip, tone = "", "neutral"
     elif not snap.drafted:
         chip, tone = "plain decoding", "neutral"
-    elif snap.estimated_speedup is None:
+    elif snap.estimated_speedup is None or snap.certainty in (Certainty.UNKNOWN, Certainty.FEW_ROUNDS):
         chip, tone = "", "neutral"
     else:
         v = pace(snap.estimated_speedup)
-        chip, tone = str(v), v.tone
+        chip, tone = str(v) + ("?" if snap.certainty is Certainty.LOAD_CHANGED else ""), v.tone
     return Footer(" · ".join(numbers), chip, tone, str(verdict(snap)) if snap.rounds else "")
 
 

@@ -24,7 +24,7 @@ from app.control.preferences import Preferences
 from app.control.tasks import Task, TaskState
 from app.core.background import disconnect_all, run_in_background
 from app.core.errors import Action, Level, Notice, explain
-from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE, AppSettings
+from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE, AppSettings, drafter_model, with_lookup
 from app.core.worker import EngineWorker, LoadedInfo, LoadRequest
 
 
@@ -34,7 +34,9 @@ def drafter_label(drafter: str) -> str:
         return "none"
     if drafter == DRAFT_LOOKUP:
         return "prompt lookup"
-    return Path(drafter).name
+    model = drafter_model(drafter)
+    name = Path(model).name if model else drafter
+    return f"prompt lookup + {name}" if model != drafter else name
 
 
 def pair_problem(target: str, drafter: str) -> str | None:
@@ -43,8 +45,9 @@ def pair_problem(target: str, drafter: str) -> str | None:
         return "no target model is named"
     if not Path(target).is_file():
         return f"{Path(target).name} is not installed any more ({target})"
-    if drafter not in (DRAFT_NONE, DRAFT_LOOKUP) and not Path(drafter).is_file():
-        return f"the drafter {Path(drafter).name} is not installed any more ({drafter})"
+    model = drafter_model(drafter)
+    if model is not None and not Path(model).is_file():
+        return f"the drafter {Path(model).name} is not installed any more ({model})"
     return None
 
 
@@ -115,7 +118,7 @@ class Pairing(QObject):
         self._scan_generation += 1
         gen = self._scan_generation
         s = self.settings
-        extra = [p for p in (s.target, s.drafter) if p not in ("", DRAFT_NONE, DRAFT_LOOKUP)]
+        extra = [p for p in (s.target, drafter_model(s.drafter)) if p]
 
         def done(result) -> None:
             if gen != self._scan_generation or self.closed:
@@ -157,9 +160,15 @@ class Pairing(QObject):
             self.drafters = options
             compatible = [str(o.model.path) for o in options if o.compatible]
             drafter = self.settings.drafter
-            if drafter not in (DRAFT_NONE, DRAFT_LOOKUP) and drafter not in compatible:
+            model = drafter_model(drafter)
+            if model is not None and model not in compatible:
                 # The chosen drafter cannot pair with this target: take the smallest that can, else lookup.
-                drafter = compatible[0] if compatible else DRAFT_LOOKUP
+                drafter = (with_lookup(compatible[0]) if drafter != model else compatible[0]) if compatible \
+                    else DRAFT_LOOKUP
+                self.prefs.adopt(drafter=drafter)
+            elif drafter == DRAFT_LOOKUP and compatible and not self.settings.drafter_chosen:
+                # Nobody chose: start in the fastest mode (prompt lookup + the model, under Auto).
+                drafter = with_lookup(compatible[0])
                 self.prefs.adopt(drafter=drafter)
             self.sig_drafters.emit(options, drafter)
             if then_load:
@@ -250,7 +259,8 @@ class Pairing(QObject):
             result = task.result
             pair = result if isinstance(result, tuple) and len(result) == 2 else None
             if pair is not None and (task.use_pair or not self.settings.target):
-                self._pending_pair = (str(pair[0]), str(pair[1]))  # chosen once the listing has them
+                # Chosen once the listing has them; a drafter model starts with prompt lookup in front.
+                self._pending_pair = (str(pair[0]), with_lookup(pair[1]) if drafter_model(str(pair[1])) else str(pair[1]))
             self.sig_notice.emit(Notice(f"{task.title}: done.", Level.INFO))
         elif task.state == TaskState.FAILED and task.error is not None:
             self.sig_notice.emit(explain(task.error))

@@ -12,7 +12,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.errors import Level, Notice
-from app.core.settings import AppSettings, load_settings, save_settings
+from app.core.settings import AppSettings, load_settings, save_settings, typed_changes
 
 SAVE_DELAY_MS = 400
 
@@ -33,8 +33,10 @@ class Preferences(QObject):
         self._save_timer.timeout.connect(self.save)
 
     def update(self, **changes: Any) -> AppSettings | None:
-        """A person's change: returns the settings before it, or None when nothing changed."""
-        new = dataclasses.replace(self.settings, **changes)
+        """A person's change: returns the settings before it, or None when nothing changed.
+        Values are typed first (ValueError for one a setting cannot hold), so a widget's `str`
+        never reaches the settings where an enum belongs."""
+        new = dataclasses.replace(self.settings, **typed_changes(changes))
         if new == self.settings:
             return None
         old, self.settings = self.settings, new
@@ -45,7 +47,7 @@ class Preferences(QObject):
     def adopt(self, announce: bool = False, **changes: Any) -> None:
         """A choice the app made for the person; `announce` tells the window (otherwise the signal
         that carries the choice, e.g. the drafter list, does)."""
-        self.settings = dataclasses.replace(self.settings, **changes)
+        self.settings = dataclasses.replace(self.settings, **typed_changes(changes))
         self._save_timer.start()
         if announce:
             self.sig_settings.emit(self.settings)

@@ -22,6 +22,21 @@ FILE_NAME = "settings.json"
 AUTO = "auto"
 DRAFT_NONE = "none"
 DRAFT_LOOKUP = "lookup"
+_WITH_LOOKUP = DRAFT_LOOKUP + "+"
+
+
+def with_lookup(model: str | Path) -> str:
+    """Prompt lookup first, then the model drafter: the mode a pair starts in. With Auto it is the
+    fastest measured mode on a CPU (lookup where the reply copies, the model where it pays, else
+    plain decoding) and model drafting wins on GPUs and Apple silicon, lookup adding on top."""
+    return f"{_WITH_LOOKUP}{model}"
+
+
+def drafter_model(drafter: str) -> str | None:
+    """The model file a drafter choice names ('PATH' or 'lookup+PATH'), or None for lookup and none."""
+    if drafter in ("", DRAFT_NONE, DRAFT_LOOKUP):
+        return None
+    return drafter[len(_WITH_LOOKUP):] if drafter.startswith(_WITH_LOOKUP) else drafter
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +46,9 @@ class AppSettings:
     target: str = ""
     """Path of the target model (empty: none chosen yet)."""
     drafter: str = DRAFT_LOOKUP
-    """'none', 'lookup', or the path of a drafter model."""
+    """'none', 'lookup', the path of a drafter model, or 'lookup+PATH' (lookup first, then the model)."""
+    drafter_chosen: bool = False
+    """The person picked the drafter; until then the pair starts as prompt lookup + its drafter model."""
     draft_max: int | str = AUTO
     """Draft length 1-16, or 'auto'."""
     temperature: float = 0.0
@@ -73,7 +90,7 @@ class AppSettings:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["theme"] = self.theme.value
+        d["theme"] = Theme(self.theme).value
         return d
 
 
@@ -90,7 +107,8 @@ _CHECKS = {
     "top_k": lambda v: isinstance(v, int) and v >= 0,
     "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
     "min_p": lambda v: isinstance(v, (int, float)) and 0 <= v < 1,
-    "seed": lambda v: v is None or isinstance(v, int),
+    # llama.cpp and numpy take seeds of 0 .. 2**32-1: a negative one would break every reply.
+    "seed": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32),
     "max_tokens": lambda v: isinstance(v, int) and 1 <= v <= 1_000_000,
     "n_ctx": lambda v: isinstance(v, int) and 0 <= v <= 10_000_000,
     "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
@@ -101,30 +119,52 @@ _CHECKS = {
 }
 
 
+_BAD = object()
+
+
+def _typed(name: str, v: Any, default: Any) -> Any:
+    """`v` as the type the setting holds, or _BAD: JSON and Qt widgets both hand over plain
+    values (a combo box's item data comes back as `str`, not as the enum that was put in)."""
+    if name == "theme":
+        try:
+            return Theme(v)
+        except ValueError:
+            return _BAD
+    check = _CHECKS.get(name)
+    if check is not None:
+        if not check(v):
+            return _BAD
+        return float(v) if isinstance(default, float) else v
+    if isinstance(default, bool):
+        return v if isinstance(v, bool) else _BAD
+    if isinstance(default, str):
+        return v if isinstance(v, str) else _BAD
+    return v
+
+
 def _coerce(data: dict[str, Any]) -> AppSettings:
     defaults = AppSettings()
     values: dict[str, Any] = {}
     for f in fields(AppSettings):
-        if f.name not in data:
-            continue
-        v = data[f.name]
-        default = getattr(defaults, f.name)
-        if f.name == "theme":
-            try:
-                values["theme"] = Theme(v)
-            except ValueError:
-                pass
-            continue
-        check = _CHECKS.get(f.name)
-        if check is not None:
-            if check(v):
-                values[f.name] = float(v) if isinstance(default, float) else v
-        elif isinstance(default, bool):
-            if isinstance(v, bool):
+        if f.name in data:
+            v = _typed(f.name, data[f.name], getattr(defaults, f.name))
+            if v is not _BAD:
                 values[f.name] = v
-        elif isinstance(default, str) and isinstance(v, str):
-            values[f.name] = v
     return replace(defaults, **values)
+
+
+def typed_changes(changes: dict[str, Any]) -> dict[str, Any]:
+    """Changes from widgets, typed as AppSettings holds them; ValueError names one it cannot hold."""
+    defaults = AppSettings()
+    out: dict[str, Any] = {}
+    for name, v in changes.items():
+        if not hasattr(defaults, name):
+            raise ValueError(f"there is no setting named {name!r}")
+        typed = _typed(name, v, getattr(defaults, name))
+        if typed is _BAD:
+            raise ValueError(f"{v!r} is not a valid value for the setting {name!r}")
+        out[name] = typed
+    return out
 
 
 def settings_path() -> Path:

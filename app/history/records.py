@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from engine.decoding.events import FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
+from engine.decoding.events import Certainty, FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
 
 
 class Role(str, Enum):
@@ -90,13 +90,23 @@ def round_from_dict(d: dict[str, Any]) -> RoundEvent:
     kw = {k: v for k, v in d.items() if k in _ROUND_FIELDS}
     for k in ("drafted", "drafted_text", "rejected", "rejected_text"):
         kw[k] = tuple(kw.get(k, ()))
+    kw["certainty"] = _certainty(kw.get("certainty"))
     return RoundEvent(**kw)
 
 
 def stats_from_dict(d: dict[str, Any]) -> Stats:
     kw = {k: v for k, v in d.items() if k in _STATS_FIELDS}
     kw["acceptance_by_position"] = tuple(kw.get("acceptance_by_position", ()))
+    kw["certainty"] = _certainty(kw.get("certainty"))
     return Stats(**kw)
+
+
+def _certainty(value: Any) -> Certainty:
+    """Stored as text; replies stored before the verdict had a certainty read as settled."""
+    try:
+        return Certainty(value) if value is not None else Certainty.SETTLED
+    except ValueError:
+        return Certainty.SETTLED
 
 
 def token(index: int, text: str, token_id: int, source: str, round_: int, p: float | None, q: float | None,

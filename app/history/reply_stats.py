@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.decoding.events import RoundEvent, Stats
+from engine.decoding.events import Certainty, DraftKind, RoundEvent, Stats
 
 HELPING = 1.05
 """At or above this speed ratio speculation is 'helping'."""
@@ -45,6 +45,10 @@ class StatsSnapshot:
     """The reply is over."""
     learned_rounds: int = 0
     """Auto: rounds it had learned from in earlier replies of this session when this one started."""
+    certainty: Certainty = Certainty.SETTLED
+    """How far estimated_speedup can be trusted (too few rounds, the machine's load changed)."""
+    modes: tuple[tuple[str, int], ...] = ()
+    """Rounds per drafter that proposed (DraftKind values, 'none' = plain): which mode ran."""
 
 
 class ReplyStats:
@@ -65,6 +69,8 @@ class ReplyStats:
         self.ok: list[int] = []
         self.series: list[tuple[int, float]] = []
         self.final: Stats | None = None
+        self.certainty = Certainty.UNKNOWN
+        self.by_drafter: dict[str, int] = {}
 
     @classmethod
     def of_rounds(cls, rounds: list[RoundEvent], final: Stats | None, auto: bool) -> "ReplyStats":
@@ -83,7 +89,10 @@ class ReplyStats:
         self.tokens_per_s = r.tokens_per_s
         if r.estimated_speedup is not None:
             self.speedup = r.estimated_speedup
+        self.certainty = Certainty(r.certainty)
         n = len(r.drafted)
+        kind = DraftKind(r.drafter).value if n else DraftKind.NONE.value
+        self.by_drafter[kind] = self.by_drafter.get(kind, 0) + 1
         if n:
             self.drafting_rounds += 1
             self.drafted += n
@@ -111,7 +120,8 @@ class ReplyStats:
                 tokens_per_s=f.tokens_per_s, draft_s=f.draft_s, verify_s=f.verify_s,
                 estimated_speedup=f.estimated_speedup, by_position=tuple(f.acceptance_by_position),
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
-                learned_rounds=f.auto_rounds_before,
+                learned_rounds=f.auto_rounds_before, certainty=Certainty(f.certainty),
+                modes=_modes(f.rounds_by_drafter or self.by_drafter),
             )
         return StatsSnapshot(
             tokens=self.tokens, rounds=self.rounds, drafted=self.drafted, accepted=self.accepted,
@@ -121,7 +131,30 @@ class ReplyStats:
             estimated_speedup=self.speedup,
             by_position=tuple(ok / n for ok, n in zip(self.ok, self.tried) if n),
             speed_series=tuple(self.series), auto=self.auto, finished=False,
+            certainty=self.certainty, modes=_modes(self.by_drafter),
         )
+
+
+#: The order modes are named in: the free drafters, the model, plain rounds last.
+_MODE_ORDER = (DraftKind.LOOKUP.value, DraftKind.HISTORY.value, DraftKind.MODEL.value, DraftKind.NONE.value)
+
+
+def _modes(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple((k, counts[k]) for k in sorted(counts, key=lambda k: _MODE_ORDER.index(k) if k in _MODE_ORDER else 9)
+                 if counts[k])
+
+
+_MODE_WORDS = {DraftKind.LOOKUP.value: "lookup", DraftKind.HISTORY.value: "past chats", DraftKind.MODEL.value: "model",
+               DraftKind.NONE.value: "plain"}
+
+
+def modes_label(modes: tuple[tuple[str, int], ...]) -> str:
+    """Which mode ran, in rounds: 'lookup 12 · model 30 · plain 8 rounds' ('' when nothing ran)."""
+    if not modes:
+        return ""
+    if len(modes) == 1 and modes[0][0] == DraftKind.NONE.value:
+        return "plain decoding"
+    return " · ".join(f"{_MODE_WORDS.get(k, k)} {n}" for k, n in modes) + " rounds"
 
 
 class Verdict(str):
@@ -165,8 +198,18 @@ def _verdict(s: StatsSnapshot) -> Verdict:
                            "neutral")
         return Verdict("Plain decoding: nothing was drafted.", "neutral")
     x = s.estimated_speedup
-    if x is None:
+    if x is None or s.certainty is Certainty.UNKNOWN:
         return Verdict("Measuring the speed of plain decoding…", "neutral")
+    if s.certainty is Certainty.FEW_ROUNDS:
+        return Verdict("Too few rounds yet to tell whether speculation is helping.", "neutral")
+    v = _paced(s, x)
+    if s.certainty is Certainty.LOAD_CHANGED:
+        return Verdict(f"{v} The machine's speed changed during this reply (other programs?): plain decoding's "
+                       "speed is estimated round by round, so this is less certain than usual.", v.tone)
+    return v
+
+
+def _paced(s: StatsSnapshot, x: float) -> Verdict:
     p = pace(x)
     if p == "helping":
         return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from engine.errors import EngineError
 
 from app.core.background import run_in_background
+from app.core.settings import with_lookup
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
 from app.models.task_row import TaskRow
@@ -93,7 +94,7 @@ class PairCard(QFrame):
     def _use(self) -> None:
         if self.installed:
             t, d = self.installed
-            self.controller.update_settings(target=str(t), drafter=str(d))
+            self.controller.update_settings(target=str(t), drafter=with_lookup(d))
 
 
 class CatalogTab(QWidget):
@@ -175,7 +176,7 @@ class CatalogTab(QWidget):
     def _install_default(self) -> None:
         if self._default_paths:
             t, d = self._default_paths
-            self.controller.update_settings(target=str(t), drafter=str(d))
+            self.controller.update_settings(target=str(t), drafter=with_lookup(d))
             return
         from app.models.first_run import default_pair_task
 

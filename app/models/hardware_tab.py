@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QSpin
 from app.core.background import run_in_background
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
-from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE
+from app.core.settings import drafter_model
 
 
 class HardwareTab(QWidget):
@@ -93,7 +93,8 @@ class HardwareTab(QWidget):
         if not s.target or not Path(s.target).is_file():
             self.estimate.setText("Choose a target model to see what it needs.")
             return
-        drafter = None if s.drafter in (DRAFT_NONE, DRAFT_LOOKUP) else Path(s.drafter)
+        model = drafter_model(s.drafter)
+        drafter = Path(model) if model else None
         n_ctx, ngl = self.n_ctx.value(), self.gpu_layers.value()
         self._generation += 1
         gen = self._generation

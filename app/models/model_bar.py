@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from app.control.model_scan import DrafterOption, ModelEntry, human_bytes
 from app.models.sampling_popover import SamplingPopover
-from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings
+from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, with_lookup
 
 BROWSE = "__browse__"
 
@@ -145,14 +145,20 @@ class ModelBar(QWidget):
         self.target.blockSignals(False)
 
     def set_drafters(self, options: list[DrafterOption], current: str) -> None:
-        """Only compatible drafters are offered; then prompt lookup and none."""
+        """Only compatible drafters are offered, each with prompt lookup in front (the fastest mode
+        with Auto) and alone; then prompt lookup and none."""
         self.drafter.blockSignals(True)
         self.drafter.clear()
         for o in options:
             if not o.compatible:
                 continue
-            self.drafter.addItem(o.model.label, str(o.model.path))
             tip = f"{o.model.path}" + (f"\nNote: {o.warning}" if o.warning else "")
+            self.drafter.addItem(f"prompt lookup + {o.model.label}", with_lookup(o.model.path))
+            self.drafter.setItemData(self.drafter.count() - 1,
+                                     "Prompt lookup drafts where the reply copies the conversation, the model where "
+                                     f"it does not; with Auto, each only where it pays.\n{tip}",
+                                     Qt.ItemDataRole.ToolTipRole)
+            self.drafter.addItem(o.model.label, str(o.model.path))
             self.drafter.setItemData(self.drafter.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.drafter.addItem("prompt lookup", DRAFT_LOOKUP)
         self.drafter.setItemData(self.drafter.count() - 1,

@@ -5,6 +5,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from engine.decoding.events import Certainty
+
 from app.stats.charts import AcceptanceChart, SpeedChart
 from app.history.reply_stats import StatsSnapshot, verdict
 from app.core.theme import OKABE_ITO
@@ -98,7 +100,7 @@ class StatsPanel(QFrame):
         total = s.draft_s + s.verify_s
         share = f"\n{s.draft_s / total:.0%} of the time drafting" if total > 0 else ""
         f["time"].setText(f"{s.draft_s:.2f} s / {s.verify_s:.2f} s{share}")
-        f["speedup"].setText(_num(s.estimated_speedup, "{:.2f}×"))
+        f["speedup"].setText(_speedup_text(s))
         v = verdict(s)
         self.verdict.setText(v)
         colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
@@ -106,3 +108,14 @@ class StatsPanel(QFrame):
         self.acceptance_chart.set_values(s.by_position)
         plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup else None
         self.speed_chart.set_points(s.speed_series, plain)
+
+
+def _speedup_text(s) -> str:
+    """The estimate, or why there is none yet: a number from two rounds is noise, not a verdict."""
+    if s.estimated_speedup is None or s.certainty is Certainty.UNKNOWN:
+        return "–"
+    if s.certainty is Certainty.FEW_ROUNDS:
+        return "too few rounds yet"
+    if s.certainty is Certainty.LOAD_CHANGED:
+        return f"≈{s.estimated_speedup:.2f}× (load changed)"
+    return f"{s.estimated_speedup:.2f}×"

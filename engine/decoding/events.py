@@ -28,6 +28,19 @@ class DraftKind(StrEnum):
     HISTORY = "history"  # prompt lookup in past conversations (engine.decoding.history_index)
 
 
+class Certainty(StrEnum):
+    """How far the estimated speedup can be trusted."""
+
+    SETTLED = "settled"
+    """Enough rounds at a steady speed."""
+    FEW_ROUNDS = "few_rounds"
+    """Too few rounds to tell yet."""
+    LOAD_CHANGED = "load_changed"
+    """The machine's speed changed during the reply: the estimate follows it, but is less sure."""
+    UNKNOWN = "unknown"
+    """Nothing to price plain decoding with (no calibration and no plain round yet)."""
+
+
 class FinishReason(str, Enum):
     STOP = "stop"  # the model ended its turn (end-of-generation token)
     LENGTH = "length"  # max_tokens reached
@@ -93,7 +106,10 @@ class RoundEvent:
     tokens_per_s: float
     """Reply speed so far, cumulative (tokens emitted / generation time), this round included."""
     estimated_speedup: float | None
-    """tokens_per_s against the plain decoding speed predicted from measured costs."""
+    """tokens_per_s against plain decoding's time for the same tokens, priced round by round at the
+    machine's speed in that round (engine.decoding.verdict)."""
+    certainty: Certainty = Certainty.SETTLED
+    """How far estimated_speedup can be trusted so far."""
 
     type: str = field(default="round", init=False)
 
@@ -148,15 +164,19 @@ class Stats:
     python_s: float
     """Seconds in neither llama.cpp nor the consumer: the engine's own overhead."""
     estimated_plain_tokens_per_s: float | None
-    """Plain decoding speed predicted from the target's measured one-token cost."""
+    """Plain decoding's speed for this reply's tokens: V(1) priced at the machine's speed in each round."""
     estimated_speedup: float | None
-    """tokens_per_s / estimated_plain_tokens_per_s: is speculation helping on this machine."""
+    """tokens_per_s / estimated_plain_tokens_per_s: is speculation helping on this machine, right now."""
     draft_mode: str
     """How the draft length was chosen: 'auto', 'fixed k=N' or 'none'."""
     note: str = ""
     """Anything the user should know (fallback to plain decoding, turns dropped, ...)."""
     auto_rounds_before: int = 0
     """Auto: rounds it had already learned from in this session when the reply started (0 = fresh)."""
+    certainty: Certainty = Certainty.SETTLED
+    """How far estimated_speedup can be trusted."""
+    rounds_by_drafter: dict[str, int] = field(default_factory=dict)
+    """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds): which mode ran."""
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)

@@ -155,6 +155,12 @@ class BlockCost:
         self.by_size.setdefault(n, Ewma()).add(seconds)
         self._points = None
 
+    def nudge(self, n: int, seconds: float, alpha: float) -> None:
+        """Move a measured size's cost a share `alpha` of the way to `seconds`."""
+        e = self.by_size[n]
+        e.value = seconds if e.value is None else e.value + alpha * (seconds - e.value)
+        self._points = None
+
     def __call__(self, n: int) -> float | None:
         if self._points is None:
             self._points = sorted((k, e.value) for k, e in self.by_size.items() if e.value is not None)
@@ -170,11 +176,25 @@ class BlockCost:
         return v_last * n / n_last
 
 
+#: How fast the machine's speed factor follows the rounds: about three rounds to move most of the
+#: way to a new load (a browser, a build, battery saving), yet one slow round moves it only 30%.
+SPEED_ALPHA = 0.3
+#: The shape of block costs learns from real rounds this slowly (real rounds run at the reply's
+#: depth, the calibration at a short probe), and only from rounds within SHAPE_STEADY of the speed.
+SHAPE_ALPHA, SHAPE_STEADY = 0.05, 0.1
+
+
 class CostModel:
-    """What things cost on this machine, for this pair, measured while it runs."""
+    """What things cost on this machine, for this pair, measured while it runs.
+
+    The target's cost is a shape times a speed: `verify` holds the cost of each block size at the
+    speed the shape was measured (the calibration at load, or a kept one), `speed` how much slower
+    (> 1) or faster the machine runs now, refreshed by every round whatever block size it verified.
+    So a reply that always drafts k=4 still moves the price of plain decoding, V(1), with the load."""
 
     def __init__(self) -> None:
-        self.verify = BlockCost()  # the target scoring a block of n tokens
+        self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, at speed 1
+        self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch
         self.draft_per_token = Ewma()
         self.overhead = Ewma(value=0.0)
@@ -182,14 +202,47 @@ class CostModel:
         self.overhead_per_draft_token = Ewma()  # judging each drafted token costs a little more
 
     def add_verify(self, n: int, seconds: float) -> None:
-        self.verify.add(n, seconds)
+        """A calibration point of the shape, at the current speed."""
+        self.verify.add(n, seconds / (self.speed.value or 1.0))
 
     def verify_cost(self, n: int) -> float | None:
-        return self.verify(n)
+        shape = self.verify(n)
+        return None if shape is None else shape * (self.speed.value or 1.0)
+
+    def speed_ratio(self, n: int, seconds: float) -> float | None:
+        """How much slower than the shape a pass over n tokens that took `seconds` ran (None: no shape)."""
+        shape = self.verify(n)
+        return seconds / shape if shape else None
+
+    def plain_price(self, n: int, seconds: float) -> float | None:
+        """What one plain decoding token (V(1) and a plain round's overhead) cost at the speed of a
+        round that verified n tokens in `seconds`: the same minute's price, not the load-time one."""
+        if n == 1:
+            return seconds + self.round_overhead(0)
+        ratio, shape1 = self.speed_ratio(n, seconds), self.verify(1)
+        if ratio is None or not shape1:
+            return None
+        return shape1 * ratio + self.round_overhead(0)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        """A real round: the speed follows it. The shape changes only where that cannot drag in a
+        change of load: a size it lacks is added while it has fewer than two (nothing calibrated),
+        and a measured size is refined slowly, only from rounds at the speed the model already has
+        (a round during a load change, normalised by a lagging speed, would bend the shape)."""
+        sizes = self.verify.by_size
+        ratio = self.speed_ratio(n, seconds)
+        if ratio is None or (n not in sizes and len(sizes) < 2):
+            self.verify.add(n, seconds / (self.speed.value or 1.0))
+            return
+        speed = self.speed.value or 1.0
+        steady = abs(ratio / speed - 1.0) < SHAPE_STEADY
+        self.speed.add(ratio)
+        if steady and n in sizes:
+            self.verify.nudge(n, seconds / (self.speed.value or 1.0), SHAPE_ALPHA)
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
-        self.add_verify(o.drafted + 1, o.verify_s)
+        self.observe_verify(o.drafted + 1, o.verify_s)
         self.overhead.add(o.overhead_s)
         if o.catchup_tokens:
             self.catchup.add(o.catchup_tokens, o.catchup_s)

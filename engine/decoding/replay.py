@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
+from engine.decoding.events import Certainty
 from engine.decoding.policy import (
     AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, FixedK, NoDraft, RoundOutcome,
 )
+from engine.decoding.verdict import PlainEstimate
 
 #: Longest draft replayed (Auto's k_max).
 K_MAX = 16
@@ -120,6 +122,13 @@ class SimResult:
     """Draft tokens verified each round (0 = plain)."""
     accepted: list[int] = field(default_factory=list)
     """Of those, accepted."""
+    started: list[float] = field(default_factory=list)
+    """Simulated clock at the start of each round."""
+    emitted: list[int] = field(default_factory=list)
+    """Tokens each round emitted."""
+    estimated_speedup: float | None = None
+    """The engine's verdict for the reply (engine.decoding.verdict), as the live loop reports it."""
+    certainty: Certainty = Certainty.UNKNOWN
 
     @property
     def rate(self) -> float:
@@ -140,15 +149,20 @@ def calibrated_costs(profile: CostProfile) -> CostModel:
 
 
 def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostModel], DraftPolicy],
-             drafter: str = "model", costs: CostModel | None = None) -> SimResult:
-    """Decode `trace` with the policy, as `generate` would: drafter 'model', 'lookup' or 'lookup+model'."""
+             drafter: str = "model", costs: CostModel | None = None,
+             load: Callable[[float], float] = lambda _t: 1.0) -> SimResult:
+    """Decode `trace` with the policy, as `generate` would: drafter 'model', 'lookup' or 'lookup+model'.
+    `load(t)`: how many times slower than the profile the machine runs at simulated second t (a
+    clock the caller controls: the costs the engine was calibrated with go stale)."""
     costs = costs or calibrated_costs(profile)
+    verdict = PlainEstimate()
     policy = make_policy(costs)
     use_model, use_lookup = "model" in drafter, "lookup" in drafter
     res = SimResult()
     n = trace.tokens
     t, read = 0, 0  # reply position; reply tokens the model drafter has read (it read the prompt but its last token)
     while t < n:
+        slow = load(res.seconds)
         behind = t + 1 - read
         req = policy.request(n - t - 1, behind)
         key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
@@ -171,18 +185,24 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
             else:
                 draft_s = profile.catchup(behind) + (k - 1) * profile.draft_step
             read = t + min(accepted, k - 1) + 1
-        verify_s = profile.verify(drafted + 1)
+        draft_s, catchup_s = draft_s * slow, catchup_s * slow
+        verify_s, overhead_s = profile.verify(drafted + 1) * slow, profile.overhead * slow
         o = RoundOutcome(k=k, drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s,
-                         overhead_s=profile.overhead, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n)
+                         overhead_s=overhead_s, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n)
+        emitted = min(accepted + 1, n - t)
+        verdict.add_round(costs, o, emitted)
         costs.record(o)
         policy.observe(o)
-        emitted = min(accepted + 1, n - t)
+        res.started.append(res.seconds)
+        res.emitted.append(emitted)
         t += emitted
         res.tokens += emitted
-        res.seconds += draft_s + catchup_s + verify_s + profile.overhead
+        res.seconds += draft_s + catchup_s + verify_s + overhead_s
         res.rounds += 1
         res.ks.append(drafted)
         res.accepted.append(accepted)
+    res.estimated_speedup = verdict.speedup(res.tokens, res.seconds)
+    res.certainty = verdict.certainty()
     return res
 
 

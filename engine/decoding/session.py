@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine.decoding import calibration
 from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
@@ -109,6 +110,8 @@ class Session:
         self.history: HistoryIndex | None = None  # past conversations prompt lookup may draft from (opt-in)
         self._autos: dict[DraftSpec, AutoK] = {}  # what Auto learned, per drafter, for this session
         self._calibrate = calibrate
+        self.kept_calibration: list[str] = []
+        """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
             if calibrate:
                 self.calibrate_target(cancel=cancel)
@@ -183,24 +186,67 @@ class Session:
 
     # -- measuring --------------------------------------------------------------
     def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2,
-                         cancel: threading.Event | None = None) -> None:
+                         cancel: threading.Event | None = None, fresh: bool = False) -> None:
         """Time the target's pass for a few block sizes: Auto prices every draft length from
-        these before the first reply, and refines them online."""
+        these before the first reply, and refines them online. A measurement kept for this file
+        on this machine (engine.decoding.calibration) is used instead unless `fresh`."""
+        kept = None if fresh else calibration.load(self._key(self.target))
+        if kept is not None:
+            for _ in range(repeats):
+                for n, dt in kept["blocks"].items():
+                    self.costs.add_verify(n, dt)
+            self.kept_calibration.append(self.target.path.name)
+            return
         for n, dt in self._time_blocks(self.target, sizes, repeats, cancel):
             self.costs.add_verify(n, dt)
+        self.keep_calibration()
 
     def calibrate_drafter(self, repeats: int = 3) -> None:
         """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            self._measure_drafter(self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats)
+            self._measure_drafter(self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats, fresh=True)
 
     def _measure_drafter(self, model: LlamaModel, per_token: Ewma, catchup: BlockCost, repeats: int = 3,
-                         cancel: threading.Event | None = None) -> None:
+                         cancel: threading.Event | None = None, fresh: bool = False) -> None:
+        key = self._key(model)
+        kept = None if fresh else calibration.load(key)
+        if kept is not None and kept["step"]:
+            for _ in range(repeats):
+                per_token.add(kept["step"])
+                for n, dt in kept["blocks"].items():
+                    catchup.add(n, dt)
+            self.kept_calibration.append(model.path.name)
+            return
         for n, dt in self._time_blocks(model, (1, 16, 64), repeats, cancel):
             if n == 1:
                 per_token.add(dt)
             else:
                 catchup.add(n, dt)
+        blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
+        if per_token.value and blocks:
+            calibration.save(key, blocks, per_token.value)
+
+    @staticmethod
+    def _key(model: LlamaModel) -> str:
+        s = model.settings
+        return calibration.key_for(model.path, {
+            "n_threads": model.n_threads, "n_threads_batch": s.n_threads_batch, "n_gpu_layers": s.n_gpu_layers,
+            "n_batch": model.n_batch, "extra_buffers": s.extra_buffers,
+        })
+
+    def keep_calibration(self) -> None:
+        """Write what the costs are now (calibration refined by real rounds, at today's speed) for the
+        next launch. Only where this session measures: one that was told not to keeps nothing."""
+        if not self._calibrate:
+            return
+        c = self.costs
+        blocks = {n: v for n in c.verify.by_size if (v := c.verify_cost(n))}
+        if blocks:
+            calibration.save(self._key(self.target), blocks)
+        if self.draft_model is not None and c.draft_per_token.value:
+            drafted = {n: v for n in c.catchup.by_size if (v := c.catchup(n))}
+            if drafted:
+                calibration.save(self._key(self.draft_model), drafted, c.draft_per_token.value)
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
                      cancel: threading.Event | None = None) -> list[tuple[int, float]]:
@@ -317,11 +363,19 @@ class Session:
             self.drafter.p_min = settings.p_min
         elif isinstance(self.drafter, CombinedDrafter):
             self.drafter.model.p_min = settings.p_min
-        return generate(
+        events = generate(
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
         )
+        return self._keeping(events)
+
+    def _keeping(self, events: Iterator[Event]) -> Iterator[Event]:
+        """The reply's events; afterwards the costs its rounds refined are kept for the next launch."""
+        try:
+            yield from events
+        finally:
+            self.keep_calibration()
 
     def stop(self) -> None:
         """Ask the running reply to end; safe from any thread. Takes effect within one round."""

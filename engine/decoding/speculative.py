@@ -273,8 +273,8 @@ def generate(
         for r in steps:
             finish = r.finish
             pending = (r.outcome, t_round)
-            stats.round_done(r.outcome, len(r.tokens))
-            tps, speedup = stats.live_rate(costs, len(r.tokens))
+            stats.round_done(r.outcome, len(r.tokens), costs)
+            tps, speedup, certainty = stats.live_rate(len(r.tokens))
             draft, verdict = r.draft, r.verdict
             rejected = draft.tokens[verdict.accepted :]
             yield from stats.timed(RoundEvent(
@@ -282,7 +282,7 @@ def generate(
                 drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
                 rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
                 emitted=len(r.tokens), draft_s=draft.seconds + draft.catchup_s, verify_s=r.outcome.verify_s,
-                drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup,
+                drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty,
             ))
             for i, tok in enumerate(r.tokens):
                 stats.token_emitted()
@@ -307,4 +307,4 @@ def generate(
         if pending is not None:  # a consumer stopped listening mid-round: the round was still paid for
             costs.record(pending[0])
     text.flush()  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
-    yield DoneEvent(finish_reason=finish, text="".join(text.parts), stats=stats.finish(costs, note))
+    yield DoneEvent(finish_reason=finish, text="".join(text.parts), stats=stats.finish(note))

@@ -5,8 +5,9 @@ import time
 from collections.abc import Iterator
 from typing import TypeVar
 
-from engine.decoding.events import Stats
+from engine.decoding.events import Certainty, DraftKind, Stats
 from engine.decoding.policy import CostModel, RoundOutcome
+from engine.decoding.verdict import PlainEstimate
 
 T = TypeVar("T")
 
@@ -37,11 +38,17 @@ class StatsTracker:
         self.by_position_ok: list[int] = []
         self.draft_s = self.verify_s = self.consumer_s = 0.0
         self.token_times: list[float] = []
+        self.plain = PlainEstimate()
+        self.by_drafter: dict[str, int] = {}
 
     def prefill_done(self, n_prompt: int, reused: int, seconds: float) -> None:
         self.prompt_tokens, self.reused, self.prefill_s = n_prompt, reused, seconds
 
-    def round_done(self, o: RoundOutcome, kept: int) -> None:
+    def round_done(self, o: RoundOutcome, kept: int, costs: CostModel) -> None:
+        """Before `costs.record(o)`: plain decoding's price for this round's tokens, at this round's speed."""
+        self.plain.add_round(costs, o, kept)
+        kind = o.key.kind.value if o.drafted else DraftKind.NONE.value
+        self.by_drafter[kind] = self.by_drafter.get(kind, 0) + 1
         self.rounds += 1
         self.draft_s += o.draft_s + o.catchup_s
         self.verify_s += o.verify_s
@@ -61,12 +68,12 @@ class StatsTracker:
         """Engine time: wall-clock seconds with the consumer's share taken out."""
         return time.perf_counter() - self.consumer_s
 
-    def live_rate(self, costs: CostModel, pending: int) -> tuple[float, float | None]:
-        """Cumulative tokens/s with `pending` more tokens about to be emitted, and the speedup."""
+    def live_rate(self, pending: int) -> tuple[float, float | None, Certainty]:
+        """Cumulative tokens/s with `pending` more tokens about to be emitted, the speedup and how sure it is."""
         gen_s = time.perf_counter() - self.t0 - self.consumer_s - self.prefill_s
-        tps = (self.tokens + pending) / gen_s if gen_s > 0 else 0.0
-        plain = costs.estimated_plain_tokens_per_s()
-        return tps, (tps / plain if plain and tps else None)
+        n = self.tokens + pending
+        tps = n / gen_s if gen_s > 0 else 0.0
+        return tps, self.plain.speedup(n, gen_s), self.plain.certainty()
 
     def token_emitted(self) -> None:
         self.tokens += 1
@@ -82,7 +89,7 @@ class StatsTracker:
         ts = self.token_times
         return [b - a for a, b in zip(ts, ts[1:])]
 
-    def finish(self, costs: CostModel, note: str) -> Stats:
+    def finish(self, note: str) -> Stats:
         wall = time.perf_counter() - self.t0 - self.consumer_s
         gen_s = max(wall - self.prefill_s, 1e-9)
         llama_s = self.target.decode_s - self._target_decode0
@@ -92,7 +99,7 @@ class StatsTracker:
             drafter_passes = self._dmodel.passes - self._drafter_passes0
         tps = self.tokens / gen_s if self.tokens else 0.0
         gaps = self.inter_token_gaps()
-        plain = costs.estimated_plain_tokens_per_s()
+        plain = self.plain.plain_tokens_per_s()
         first = self.token_times[0] - self.t0 if self.token_times else 0.0
         return Stats(
             tokens=self.tokens,
@@ -117,7 +124,9 @@ class StatsTracker:
             verify_s=self.verify_s,
             python_s=max(0.0, wall - llama_s),
             estimated_plain_tokens_per_s=plain,
-            estimated_speedup=(tps / plain) if plain and tps else None,
+            estimated_speedup=self.plain.speedup(self.tokens, gen_s),
+            certainty=self.plain.certainty(),
+            rounds_by_drafter=dict(self.by_drafter),
             draft_mode=self.draft_mode,
             note=note,
             auto_rounds_before=self.learned_rounds,

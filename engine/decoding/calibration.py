@@ -1,0 +1,110 @@
+"""Measured costs kept between launches, per model file and machine.
+
+Measuring the target's block costs and the drafter's step takes 10-15 s on a laptop CPU; the
+same file on the same machine costs the same tomorrow (the speed factor in CostModel follows
+the day's load). So a measurement is kept under a key of the file (size, mtime, a hash of its
+first MiB: the header and metadata) and of what decides its speed (CPU, cores, threads, GPU
+layers, batch size, weight repacking, llama.cpp's build); anything else measures again. Kept
+figures are refined from real rounds: a session writes back what it measured while it ran.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from engine import paths
+
+FILE_NAME = "calibration.json"
+#: Entries kept (the newest): a few pairs, thread counts and versions.
+MAX_ENTRIES = 64
+_HEADER_BYTES = 1 << 20
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def key_for(path: Path, load: dict[str, Any]) -> str:
+    """The file's identity and the machine's, as one string (`load`: what the model was loaded with)."""
+    st = path.stat()
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        h.update(fh.read(_HEADER_BYTES))
+    ident = {
+        "file": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header": h.hexdigest(),
+        "cpu": _cpu_name(), "cores": os.cpu_count(), "machine": platform.machine(), "llama_cpp": _version(), **load,
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def store_path() -> Path:
+    return paths.cache_dir() / FILE_NAME
+
+
+def _read() -> dict[str, Any]:
+    try:
+        data = json.loads(store_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}  # none yet, or damaged: measure again (a cache, nothing of the person's)
+    return data if isinstance(data, dict) else {}
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The kept entry for `key`, if any and well formed: {'blocks': {n: seconds}, 'step': seconds | None}."""
+    entry = _read().get(key)
+    if not isinstance(entry, dict):
+        return None
+    blocks = entry.get("blocks")
+    step = entry.get("step")
+    try:
+        good = {int(n): float(s) for n, s in blocks.items() if float(s) > 0 and int(n) > 0}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not good or not (step is None or (isinstance(step, (int, float)) and step > 0)):
+        return None
+    return {"blocks": good, "step": step}
+
+
+def save(key: str, blocks: dict[int, float], step: float | None = None) -> None:
+    """Keep `blocks` (seconds per block size) and a single step's cost for `key`; never raises."""
+    data = _read()
+    data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step, "saved": time.time()}
+    if len(data) > MAX_ENTRIES:
+        newest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
+        for k in newest[: len(data) - MAX_ENTRIES]:
+            del data[k]
+    path = store_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return  # a read-only cache only costs a measurement at the next launch
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

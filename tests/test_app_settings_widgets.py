@@ -1,0 +1,92 @@
+"""Settings changed from the real widgets round-trip through Settings, and a failure on the send
+path reaches the window: the Theme box once stopped every send, with the error only in the log."""
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from test_app_chat_view import anchor_position, click_link  # noqa: E402
+from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+
+from app.chat.actions import MessageAction  # noqa: E402
+from app.core.settings import AppSettings, load_settings, settings_path, typed_changes  # noqa: E402
+from app.core.theme import Theme  # noqa: E402
+from app.history.records import Role  # noqa: E402
+from app.history.store import ChatStore  # noqa: E402
+
+
+def saved_theme() -> str:
+    return json.loads(settings_path().read_text(encoding="utf-8"))["theme"]
+
+
+@pytest.mark.parametrize("presses", [Qt.Key.Key_Down, Qt.Key.Key_Up])
+def test_choosing_a_theme_in_the_real_box_keeps_send_working(qtbot, tiny, isolated_home, presses):
+    install_tiny(tiny, isolated_home, theme=Theme.SYSTEM if presses == Qt.Key.Key_Down else Theme.DARK)
+    w = open_window(qtbot)
+    before = w.theme.currentText()
+    qtbot.keyClick(w.theme, presses)  # a person's key press on the closed combo box: `activated` fires
+    assert w.theme.currentText() != before
+    chosen = w.controller.settings.theme
+    assert type(chosen) is Theme and chosen.value == w.theme.currentText().lower()
+    reply = send(qtbot, w)  # Enter in the input: a reply streams, the input empties
+    assert reply.tokens and w.input.toPlainText() == ""
+    w.controller.prefs.save()
+    assert saved_theme() == chosen.value  # written as the value the file holds ("light", "dark")
+    assert load_settings()[0].theme is chosen
+
+
+def test_values_from_widgets_are_typed_or_refused():
+    assert typed_changes({"theme": "dark"}) == {"theme": Theme.DARK}
+    assert typed_changes({"temperature": 1}) == {"temperature": 1.0}
+    with pytest.raises(ValueError):
+        typed_changes({"theme": "purple"})
+    with pytest.raises(ValueError):
+        typed_changes({"no_such_setting": 1})
+    with pytest.raises(ValueError):
+        typed_changes({"seed": -1})  # llama.cpp and numpy take 0 .. 2**32-1
+
+
+def test_a_negative_seed_in_the_file_falls_back_to_a_fresh_seed(isolated_home):
+    settings_path().parent.mkdir(parents=True, exist_ok=True)
+    settings_path().write_text(json.dumps({"seed": -5, "temperature": 0.7}), encoding="utf-8")
+    s, note = load_settings()
+    assert s.seed is None and s.temperature == 0.7 and note is None
+    assert AppSettings(seed=7).to_json()["seed"] == 7
+
+
+@pytest.mark.qt_no_exception_capture
+def test_an_exception_in_a_slot_reaches_the_window_as_a_notice(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home)
+    w = open_window(qtbot)
+
+    def broken() -> None:
+        raise AttributeError("'str' object has no attribute 'value'")
+
+    w.send_button.clicked.connect(broken)
+    w.input.setPlainText("kept")
+    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "AttributeError" in w.notice.text(), timeout=5000)
+    assert w.notice.isVisible() and "Nothing you typed was lost" in w.notice.text()
+
+
+def test_an_unanswered_question_offers_retry_and_retry_answers_it(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home)
+    store = ChatStore()
+    conv = store.new_conversation("left unanswered")
+    question = store.add_message(conv.id, Role.USER, "the model is fast")
+    store.close()
+    w = open_window(qtbot)
+    href = f"action:{MessageAction.REGENERATE.value}:{question.id}"
+    qtbot.waitUntil(lambda: any(m.id == question.id for m in w.chat.messages), timeout=5000)
+    anchor_position(w.chat, href)  # raises when the link is not in the document
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
+        click_link(qtbot, w.chat, href)
+    reply = blocker.args[0]
+    assert reply.role == Role.ASSISTANT and reply.tokens
+    assert [m.role for m in w.controller.messages] == [Role.USER, Role.ASSISTANT]
+    with pytest.raises(AssertionError):  # answered now: no Retry on it any more
+        anchor_position(w.chat, href)

@@ -1,0 +1,110 @@
+"""The verdict follows the machine: "is speculation helping" priced at the speed the machine runs
+now, not at the speed it had while the pair loaded.
+
+Recorded traces go through the real policy and the real verdict under simulated costs, on a clock
+the test controls: the machine slows 3x mid-reply, speeds up 3x mid-reply, or was busy while the
+pair was measured and is quiet for the whole reply (the newcomer's 5.34x for a truth of 1.5x). The
+truth is worked out here from the profile: plain decoding's cost for each round's tokens at that
+round's load, over the reply's simulated time. Nothing is timed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.decoding.events import Certainty, DraftKind
+from engine.decoding.policy import CostModel, DraftKey, RoundOutcome
+from engine.decoding.replay import (PROFILES, CostProfile, auto_policy, calibrated_costs, fixed_policy, load_traces,
+                                    recorded_profile, simulate)
+from engine.decoding.verdict import MIN_ROUNDS, PlainEstimate
+
+RECORDED = Path(__file__).resolve().parent.parent / "resources" / "bench" / "traces.jsonl"
+
+
+def scaled(profile: CostProfile, factor: float) -> CostProfile:
+    return CostProfile(f"{profile.name} x{factor}", lambda n: profile.verify(n) * factor, profile.draft_step * factor,
+                       lambda n: profile.catchup(n) * factor, profile.overhead * factor)
+
+
+def truth(sim, profile: CostProfile, load) -> float:
+    """Plain decoding's time for every round's tokens at that round's load, over the reply's time."""
+    plain = sum(e * (profile.verify(1) + profile.overhead) * load(t) for t, e in zip(sim.started, sim.emitted))
+    return plain / sim.seconds
+
+
+def cases():
+    head, traces = load_traces(RECORDED)
+    here = recorded_profile(head)
+    long = [t for t in traces if t.tokens >= 64]
+    return [("this machine", here, t) for t in long[:6]] + [("gpu", PROFILES["gpu"], t) for t in long[:3]]
+
+
+#: (calibrated at this load, load until mid-reply, load after it)
+SCHEDULES = {
+    "slows 3x mid-reply": (1.0, 1.0, 3.0),
+    "speeds up 3x mid-reply": (3.0, 3.0, 1.0),
+    "busy while loading, quiet reply": (3.0, 1.0, 1.0),
+    "quiet while loading, busy reply": (1.0, 3.0, 3.0),
+}
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("variant", ["model@4", "model@auto", "lookup+model@auto"])
+def test_estimated_speedup_stays_within_15_percent_of_the_truth_when_the_load_changes(schedule, variant):
+    at_load, before, after = SCHEDULES[schedule]
+    drafter, k = variant.split("@")
+    make = auto_policy(drafter) if k == "auto" else fixed_policy(int(k))
+    stale = []
+    for _name, profile, trace in cases():
+        quiet = simulate(trace, profile, make, drafter)  # where "mid-reply" falls on this trace
+        half = quiet.seconds / 2 * before  # half the tokens at the first load
+
+        def load(t, half=half):
+            return before if t < half else after
+
+        sim = simulate(trace, profile, make, drafter, costs=calibrated_costs(scaled(profile, at_load)), load=load)
+        want = truth(sim, profile, load)
+        assert sim.estimated_speedup == pytest.approx(want, rel=0.15), (trace.name, sim.estimated_speedup, want)
+        if before != after:
+            assert sim.certainty is Certainty.LOAD_CHANGED, trace.name
+        else:
+            assert sim.certainty is Certainty.SETTLED, trace.name
+        # What the load-time price would have said: the reply's speed over 1 / V(1) as calibrated.
+        at_calibration = profile.verify(1) * at_load + profile.overhead
+        stale.append(sim.tokens / sim.seconds * at_calibration / want)
+    if schedule == "busy while loading, quiet reply":
+        assert min(stale) > 2.5  # the load-time price is off by about the full factor of 3
+    if schedule == "quiet while loading, busy reply":
+        assert max(stale) < 0.4
+
+
+def test_the_cost_curve_follows_the_speed_of_every_round_whatever_its_size():
+    c = CostModel()
+    for n, v in ((1, 0.1), (2, 0.15), (4, 0.25), (8, 0.45)):
+        c.add_verify(n, v)
+    model = DraftKey(DraftKind.MODEL)
+    for _ in range(12):  # a reply that always drafts 4: only V(5) is ever measured, at twice the cost
+        c.record(RoundOutcome(k=4, drafted=4, accepted=2, draft_s=0.04, verify_s=2 * 0.3, overhead_s=0.0, key=model))
+    assert c.speed.value == pytest.approx(2.0, rel=0.02)
+    assert c.verify_cost(1) == pytest.approx(0.2, rel=0.03)  # plain decoding's price moved with it
+    assert c.verify_cost(8) == pytest.approx(0.9, rel=0.03)
+    assert c.plain_price(5, 0.9) == pytest.approx(0.1 * 0.9 / 0.3, rel=0.03)  # this round ran 3x the shape
+
+
+def test_a_verdict_waits_for_rounds_and_names_a_changed_load():
+    c = CostModel()
+    c.add_verify(1, 0.1)
+    c.add_verify(5, 0.3)
+    v = PlainEstimate()
+    assert v.certainty() is Certainty.UNKNOWN and v.speedup(10, 1.0) is None
+    model = DraftKey(DraftKind.MODEL)
+    for i in range(2 * MIN_ROUNDS):
+        o = RoundOutcome(k=4, drafted=4, accepted=3, draft_s=0.05, verify_s=0.3, overhead_s=0.0, key=model)
+        v.add_round(c, o, 4)
+        assert v.certainty() is (Certainty.FEW_ROUNDS if i + 1 < MIN_ROUNDS else Certainty.SETTLED)
+    # 8 rounds of 4 tokens at 0.35 s each: 32 tokens in 2.8 s against plain's 32 x 0.1 s.
+    assert v.speedup(32, 8 * 0.35) == pytest.approx(3.2 / 2.8)
+    for _ in range(3 * MIN_ROUNDS):
+        v.add_round(c, RoundOutcome(k=4, drafted=4, accepted=3, draft_s=0.1, verify_s=0.9, overhead_s=0.0, key=model), 4)
+    assert v.certainty() is Certainty.LOAD_CHANGED
