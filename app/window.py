@@ -227,6 +227,8 @@ class MainWindow(QMainWindow):
         self.act_highlight.toggled.connect(lambda on: c.update_settings(highlight=on))
         self.act_rejected.toggled.connect(lambda on: c.update_settings(show_rejected=on))
         self.chat.copied.connect(lambda what: self.statusBar().showMessage(f"Copied the {what}.", 2500))
+        self.chat.link_refused.connect(lambda url: self.statusBar().showMessage(
+            f"Not opened: {url[:80]} (links in messages open only as http, https or mailto).", 5000))
         self.theme.activated.connect(lambda _i: c.update_settings(theme=self.theme.currentData()))
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
         for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded):

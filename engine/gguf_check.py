@@ -18,6 +18,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from engine.errors import ModelFileError
+from engine.gguf_vocab import check_vocab
 
 _SCALARS: dict[int, tuple[str, int]] = {
     GGUFValueType.UINT8: ("<B", 1),
@@ -36,7 +37,12 @@ _SCALARS: dict[int, tuple[str, int]] = {
 _BULKY = ("tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
 _MAX_DIMS = 4
 #: Counts no real model exceeds: beyond them a count is damage, below them a short file is truncation.
-_PLAUSIBLE_KV, _PLAUSIBLE_TENSORS = 100_000, 1_000_000
+#: (The largest real models have a few thousand tensors: a million empty records cost 7 s and 415 MB.)
+_PLAUSIBLE_KV, _PLAUSIBLE_TENSORS = 100_000, 100_000
+#: Longest numeric array read into Python as values; longer ones are only bounds-checked (a 30-million
+#: entry array once made the check take 20x the file's size in memory). Tokenizer arrays are checked
+#: in place (engine.gguf_vocab), never as Python lists.
+_MAX_LISTED = 4096
 #: Magic numbers of the formats before GGUF (ggml, ggmf, ggjt), as they appear on disk.
 _GGML_MAGICS = (b"lmgg", b"fmgg", b"tjgg")
 
@@ -146,7 +152,7 @@ def _value(cur: _Cursor, vtype: int, key: str, keep: bool) -> Any:
         if etype in _SCALARS:
             fmt, n = _SCALARS[etype]
             cur.need(count * n, what)
-            if not keep:
+            if not keep or count > _MAX_LISTED:
                 cur.pos += count * n
                 return count
             vals = list(struct.unpack_from(f"<{count}{fmt[1]}", cur.buf, cur.pos))
@@ -190,6 +196,8 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             raise ModelFileError(f"{path.name} has GGUF version {version}; versions 2 and 3 are supported")
         n_tensors = cur.scalar("<Q", 8, "tensor count")
         n_kv = cur.scalar("<Q", 8, "metadata count")
+        if n_kv > _PLAUSIBLE_KV or n_tensors > _PLAUSIBLE_TENSORS:
+            raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
         # Each entry takes at least 8+4 bytes: a count beyond that is a damaged header or a cut-short file.
         if n_kv * 12 > size or n_tensors * 24 > size:
             if n_kv <= _PLAUSIBLE_KV and n_tensors <= _PLAUSIBLE_TENSORS:
@@ -200,9 +208,18 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
         meta: dict[str, Any] = {}
         tokens: list[str] = []
+        arrays: dict[str, tuple[int, int, int, int]] = {}  # key -> (value type, element type, count, data offset)
         for _ in range(n_kv):
             key = cur.string("a metadata key")
             vtype = cur.scalar("<I", 4, f"metadata entry '{key}'")
+            if key in meta or (key == "tokenizer.ggml.tokens" and key + ".count" in meta):
+                raise ModelFileError(f"{path.name} is damaged: the metadata entry '{key}' appears twice")
+            if vtype == GGUFValueType.ARRAY:
+                cur.need(12, f"metadata entry '{key}'")
+                etype, count = struct.unpack_from("<IQ", buf, cur.pos)
+                arrays[key] = (vtype, etype, count, cur.pos + 12)
+            elif key.startswith("tokenizer.ggml."):
+                arrays[key] = (vtype, -1, 0, cur.pos)
             if key == "tokenizer.ggml.tokens":
                 val = _value(cur, vtype, key, keep=read_tokens)
                 if isinstance(val, list):
@@ -214,6 +231,7 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             meta[key] = _value(cur, vtype, key, keep=key not in _BULKY)
         if "general.architecture" not in meta:
             raise ModelFileError(f"{path.name} is not a usable model: it names no architecture (general.architecture)")
+        check_vocab(path.name, buf, meta, arrays)
         infos = []
         for i in range(n_tensors):
             name = cur.string(f"tensor record {i}")
@@ -226,7 +244,9 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             ttype = cur.scalar("<I", 4, f"tensor '{name}'")
             offset = cur.scalar("<Q", 8, f"tensor '{name}'")
             infos.append((name, dims, ttype, offset))
-        align = int(meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT))
+        align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+        if not isinstance(align, int) or isinstance(align, bool):
+            raise ModelFileError(f"{path.name} is damaged: its alignment (general.alignment) is {align!r}, not a number")
         if align <= 0 or align & (align - 1):
             raise ModelFileError(f"{path.name} is damaged: alignment {align} is not a power of two")
         data_start = cur.pos + (-cur.pos % align)

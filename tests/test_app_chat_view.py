@@ -18,6 +18,7 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QFont, QGuiApplication, QTextCharFormat, QTextCursor, QTextFormat  # noqa: E402
 
 from app.chat.actions import MessageAction  # noqa: E402
+from app.chat.app_links import LinkKind, href as app_href  # noqa: E402
 from app.chat.chat_pane import ChatPane  # noqa: E402
 from app.chat.chat_view import ChatView, ViewOptions  # noqa: E402
 from app.core.theme import DARK_COLOURS, LIGHT_COLOURS, Mark, mark_format  # noqa: E402
@@ -207,11 +208,11 @@ def test_rejected_drafts_go_before_their_correction_and_copy_stays_clean(qtbot):
     assert all(frags[i].text == "no⏎" and frags[i].format.fontStrikeOut() for i in rejected)
     # Copy gives the message's own text: no rejected drafts, no notes, no ⏎.
     QGuiApplication.clipboard().clear()
-    click_link(qtbot, v, f"copy:{m.id}")
+    click_link(qtbot, v, app_href(LinkKind.COPY, m.id))
     assert QGuiApplication.clipboard().text() == TEXT
-    click_link(qtbot, v, f"copy-code:{m.id}:0")
+    click_link(qtbot, v, app_href(LinkKind.COPY_CODE, m.id, 0))
     assert QGuiApplication.clipboard().text() == CODE
-    click_link(qtbot, v, "copy:1")
+    click_link(qtbot, v, app_href(LinkKind.COPY, 1))
     assert QGuiApplication.clipboard().text() == "show me *add*"
 
 
@@ -264,13 +265,13 @@ def test_action_links_emit_the_action_and_the_message_id(qtbot):
     for name, mid in ((MessageAction.REGENERATE, 2), (MessageAction.REGENERATE_CURRENT, 2), (MessageAction.DELETE, 2),
                       (MessageAction.PREVIOUS, 2), (MessageAction.NEXT, 2), (MessageAction.EDIT, 1),
                       (MessageAction.DELETE, 1)):
-        click_link(qtbot, v, f"action:{name.value}:{mid}")
+        click_link(qtbot, v, app_href(LinkKind.ACTION, name.value, mid))
     assert got == [("regenerate", 2), ("regenerate_current", 2), ("delete", 2), ("previous", 2), ("next", 2),
                    ("edit", 1), ("delete", 1)]
     # At the last alternative there is no "next"; a view without actions (Compare) has no links at all.
     v.show_messages([user(1), reply(mid=2, variant=3, variants=3)])
     with pytest.raises(AssertionError):
-        anchor_position(v, "action:next:2")
+        anchor_position(v, app_href(LinkKind.ACTION, "next", 2))
     v.set_options(ViewOptions(actions=False))
     assert not [f for f in _all_fragments(v) if f[1].isAnchor()]
 
@@ -516,9 +517,9 @@ def test_a_reply_recorded_from_the_real_pair_keeps_every_shown_character_on_its_
     assert after == [(".⏎", 18), ("⏎⏎# Facts", 34), ("Two facts", 34), (" **Bulleted", 34), (" `a", 42),
                      (" which are", 50), (" The function is defined", 56), ("'s a simple addition", 57),
                      ("- Two facts about", 64), ("----------|⏎", 74), (" `add", 74), (")", 93)]
-    click_link(qtbot, v, f"copy:{m.id}")
+    click_link(qtbot, v, app_href(LinkKind.COPY, m.id))
     assert QGuiApplication.clipboard().text() == m.content
-    click_link(qtbot, v, f"copy-code:{m.id}:0")
+    click_link(qtbot, v, app_href(LinkKind.COPY_CODE, m.id, 0))
     assert QGuiApplication.clipboard().text() == \
         'def add(a, b):\n    """\n    Adds two numbers a and b and returns the result.\n    """\n    return a + b\n'
 
@@ -542,3 +543,23 @@ def record(target: Path, draft: Path) -> None:
 
 if __name__ == "__main__":
     record(Path(sys.argv[1]), Path(sys.argv[2]))
+
+
+def test_links_a_reply_writes_with_the_apps_own_schemes_are_only_content(qtbot):
+    """A model wrote the reply: its `action:delete:41` and `copy:2` links must do nothing the app's
+    own links do; a real mouse click on each."""
+    pieces = ["See ", "[Details](action:delete:1)", " and ", "[copy](copy:1)", " or ", "[run](javascript:alert(1))", "."]
+    m = reply(pieces, mid=2, finish=FinishReason.STOP)
+    v = make_view(qtbot)
+    v.show_messages([user(), m])
+    actions, refused = [], []
+    v.action_requested.connect(lambda name, mid: actions.append((name, mid)))
+    v.link_refused.connect(refused.append)
+    QGuiApplication.clipboard().setText("untouched")
+    for target in ("action:delete:1", "copy:1"):
+        click_link(qtbot, v, target)
+    assert actions == [] and QGuiApplication.clipboard().text() == "untouched"
+    assert refused == ["action:delete:1", "copy:1"]
+    # The app's own Delete link on the same message still works, on its own channel.
+    click_link(qtbot, v, app_href(LinkKind.ACTION, MessageAction.DELETE.value, m.id))
+    assert actions == [(MessageAction.DELETE.value, m.id)]

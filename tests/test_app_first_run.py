@@ -128,7 +128,7 @@ def test_importing_files_picks_the_largest_as_target_and_a_compatible_drafter(qt
         w.first_run.import_button.click()
     request = loaded.args[0].request
     folder = isolated_home / "data" / "models"
-    assert request.target == folder / "tiny-target.gguf" and request.drafter == str(folder / "tiny-drafter.gguf")
+    assert request.target == folder / "tiny-target.gguf" and request.drafter == f"lookup+{folder / 'tiny-drafter.gguf'}"  # the model with prompt lookup in front
     assert not w.first_run.isVisible()
 
 
@@ -145,6 +145,6 @@ def test_a_folder_of_models_is_used_where_it_is_and_bad_files_are_named(qtbot, t
     with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
         w.first_run.folder_button.click()
     request = loaded.args[0].request
-    assert request.target == folder / "tiny-target.gguf" and request.drafter == str(folder / "tiny-drafter.gguf")
+    assert request.target == folder / "tiny-target.gguf" and request.drafter == f"lookup+{folder / 'tiny-drafter.gguf'}"  # the model with prompt lookup in front
     assert not (isolated_home / "data" / "models" / "tiny-target.gguf").exists()  # not copied
     assert "broken.gguf" in w.first_run.problems.text()

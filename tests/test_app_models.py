@@ -17,8 +17,11 @@ def test_drafter_picker_offers_only_compatible_drafters(qtbot, tiny, isolated_ho
     installed = install_tiny(tiny, isolated_home)
     w = open_window(qtbot)
     qtbot.waitUntil(lambda: len(w.bar.drafter_choices()) > 2, timeout=REPLY_TIMEOUT_MS)
-    assert w.bar.drafter_choices() == [str(installed["drafter"]), DRAFT_LOOKUP, DRAFT_NONE]
-    assert w.bar.current_drafter() == str(installed["drafter"])
+    # Each compatible drafter with prompt lookup in front (the fastest mode with Auto) and alone.
+    assert w.bar.drafter_choices() == [f"lookup+{installed['drafter']}", str(installed["drafter"]), DRAFT_LOOKUP,
+                                       DRAFT_NONE]
+    assert w.bar.current_drafter() == str(installed["drafter"])  # what the settings name stays chosen
+    assert w.bar.drafter.itemText(0).startswith("prompt lookup + ")
     targets = [w.bar.target.itemData(i) for i in range(w.bar.target.count())]
     assert {str(p) for p in installed.values()} <= set(targets)
 

@@ -13,6 +13,7 @@ from test_app_chat_view import anchor_position, click_link  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from app.chat.actions import MessageAction  # noqa: E402
+from app.chat.app_links import LinkKind, href as app_href  # noqa: E402
 from app.core.settings import AppSettings, load_settings, settings_path, typed_changes  # noqa: E402
 from app.core.theme import Theme  # noqa: E402
 from app.history.records import Role  # noqa: E402
@@ -80,7 +81,7 @@ def test_an_unanswered_question_offers_retry_and_retry_answers_it(qtbot, tiny, i
     question = store.add_message(conv.id, Role.USER, "the model is fast")
     store.close()
     w = open_window(qtbot)
-    href = f"action:{MessageAction.REGENERATE.value}:{question.id}"
+    href = app_href(LinkKind.ACTION, MessageAction.REGENERATE.value, question.id)
     qtbot.waitUntil(lambda: any(m.id == question.id for m in w.chat.messages), timeout=5000)
     anchor_position(w.chat, href)  # raises when the link is not in the document
     with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:

@@ -86,7 +86,7 @@ def test_a_footer_with_the_engines_totals_reads_no_rounds_and_one_without_them_c
     assert not touches(seen, "rounds")
     # From the rounds alone: the last round's speed (24.0), 6 of 8 drafted kept, the last estimate said (0.9x).
     ft = footer(store.messages(without)[1])
-    assert (ft.numbers, ft.chip, ft.tone) == ("24.0 tok/s · 75% accepted", "slower", "bad")
+    assert (ft.numbers, ft.chip, ft.tone) == ("24.0 tok/s · 75% accepted · model 2 · plain 1 rounds", "slower", "bad")
     assert ft.sentence == "Speculation is slower than plain decoding here (0.90×): Auto would turn it off."
 
 

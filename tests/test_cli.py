@@ -111,3 +111,27 @@ def test_bench_rejects_a_bad_prompts_file(tiny, tmp_path):
     bad.write_text('{"prompt": "no category"}\n')
     r = engine("bench", "--target", str(tiny["target"]), "--prompts", str(bad), "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "category" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_reports_the_verdict_beside_the_measured_speedup_with_a_busy_loop(tiny, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "category": "chat"}) + "\n"
+                               for p in ("the model is fast", "hello world")))
+    out = tmp_path / "out"
+    r = engine("bench", "--target", str(tiny["target"]), "--draft", f"{tiny['drafter']}@3", "--prompts", str(prompts),
+               "--max-tokens", "24", "--repeats", "2", "--busy-half", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    runs = report["runs"]
+    assert [run["busy"] for run in runs if run["variant"] == "plain"] == [False, True, False, True]
+    plain = {(run["prompt_id"], run["repeat"]): run for run in runs if run["variant"] == "plain"}
+    spec = [run for run in runs if run["variant"] != "plain"]
+    ratios = sorted(run["estimated_speedup"] / (run["tokens_per_s"] / plain[(run["prompt_id"], run["repeat"])]["tokens_per_s"])
+                    for run in spec)
+    row = report["summary"]["table"]["all"]["tiny-drafter k=3"]
+    assert row["verdict_ratio"] == pytest.approx((ratios[1] + ratios[2]) / 2)  # the median of four, worked out here
+    verdict = report["summary"]["verdict"]
+    assert verdict["all"]["runs"] == 4 and verdict["busy loop"]["runs"] == 2 and verdict["quiet"]["runs"] == 2
+    assert verdict["all"]["worst_error"] == pytest.approx(max(abs(x - 1) for x in ratios))
+    md = (out / "report.md").read_text()
+    assert "estimated / measured" in md and "A busy loop took one core" in md

@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette, QTextBlockFormat,
                            QTextCharFormat, QTextCursor)
-from PySide6.QtWidgets import QTextBrowser, QToolTip, QWidget
+from PySide6.QtWidgets import QMessageBox, QTextBrowser, QToolTip, QWidget
 
 from engine.decoding.events import TokenEvent
 
+from app.chat import app_links
 from app.chat.actions import MessageAction
+from app.chat.app_links import LinkKind
 from app.chat.live_reply import LiveReply, ShownMessage
 from app.chat.markdown_spans import LINE_BREAK, Block, code_sources, parse
-from app.chat.message_frame import COPY, write_end, write_header
+from app.chat.message_frame import write_end, write_header
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
 from app.chat.token_story import token_story
 from app.core.theme import LIGHT_COLOURS, Mark, TokenColours
@@ -113,6 +115,8 @@ class ChatView(QTextBrowser):
     """(MessageAction value, message id): a message's action link was used."""
     copied = Signal(str)
     """Text was put on the clipboard: 'message' or 'code'."""
+    link_refused = Signal(str)
+    """A link in a message that is neither http, https nor mailto was clicked (it opens nothing)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -476,17 +480,26 @@ class ChatView(QTextBrowser):
 
     # -- links ---------------------------------------------------------------------------------------------
     def _on_anchor(self, url: QUrl) -> None:
-        scheme, path = url.scheme(), url.path()
-        if scheme == "action":
-            name, _, mid = path.rpartition(":")
-            if name in MessageAction.__members__.values() and mid.lstrip("-").isdigit():
-                self.action_requested.emit(name, int(mid))
-        elif scheme == COPY:
-            self.copy_message(int(path))
-        elif scheme == "copy-code":
-            mid, _, n = path.partition(":")
-            self.copy_code(int(mid), int(n))
-        elif scheme in ("http", "https", "mailto"):
+        link = app_links.parse(url.toString())
+        if link is None:  # a link in a message: content, whatever it says
+            self._open_external(url)
+            return
+        kind, parts = link
+        if kind is LinkKind.ACTION and len(parts) == 2 and parts[0] in MessageAction.__members__.values() \
+                and parts[1].lstrip("-").isdigit():
+            self.action_requested.emit(parts[0], int(parts[1]))
+        elif kind is LinkKind.COPY and len(parts) == 1 and parts[0].lstrip("-").isdigit():
+            self.copy_message(int(parts[0]))
+        elif kind is LinkKind.COPY_CODE and len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts):
+            self.copy_code(int(parts[0]), int(parts[1]))
+
+    def _open_external(self, url: QUrl) -> None:
+        """Only http, https and mailto, after showing where it goes (a model wrote it)."""
+        if url.scheme().lower() not in app_links.EXTERNAL:
+            self.link_refused.emit(url.toString())
+            return
+        answer = QMessageBox.question(self, "Open link", f"Open this link from the chat?\n\n{url.toString()}")
+        if answer == QMessageBox.StandardButton.Yes:
             QDesktopServices.openUrl(url)
 
     def copy_message(self, message_id: int) -> None:

@@ -77,7 +77,9 @@ class LiveReply:
         w.write(parsed.blocks, marks.append)
         w.flush()
         complete = self.source.rfind("\n") + 1  # where the last, maybe partial, line starts
-        tops = [t for t in parsed.tops if self.cut < t < complete]
+        # A top block markdown-it dropped (nested past its maxNesting) has no mark: the cut cannot go there.
+        marked = {mk.block.top for mk in marks}
+        tops = [t for t in parsed.tops if self.cut < t < complete and t in marked]
         start = self.shown.start
         if tops:
             k = next(i for i, mk in enumerate(marks) if mk.block.top == tops[-1])

@@ -26,6 +26,25 @@ LINE_BREAK = "\u2028"
 """What a soft or hard line break inside a paragraph shows as (a line break within the block)."""
 
 _MD = MarkdownIt("commonmark").enable(["table", "strikethrough"]).disable("text_join")  # keep escapes apart
+#: Blocks nest this deep before markdown-it drops what is inside (commonmark's preset stops at 20,
+#: which a reply of 20 nested quotes reaches); deeper still is dropped, never raised.
+MAX_NESTING = 60
+_MD.options["maxNesting"] = MAX_NESTING
+#: markdown-it pads every row of a table to its header's width: a reply with a 300-column header
+#: and 200 short lines became 65,700 cells and a second of parsing on every redraw. Past this many
+#: (columns x lines) a reply's tables read as text.
+MAX_TABLE_CELLS = 20_000
+_MD_NO_TABLES = MarkdownIt("commonmark").enable(["strikethrough"]).disable("text_join")
+_MD_NO_TABLES.options["maxNesting"] = MAX_NESTING
+
+
+def _parser(text: str) -> MarkdownIt:
+    """The parser for `text`: without tables when they could cost more than MAX_TABLE_CELLS."""
+    if "|" not in text:
+        return _MD
+    lines = text.count("\n") + 1
+    widest = max(line.count("|") for line in text.splitlines() if "-" in line) if "-" in text else 0
+    return _MD_NO_TABLES if (widest + 1) * lines > MAX_TABLE_CELLS else _MD
 
 
 class Style(IntFlag):
@@ -146,13 +165,13 @@ def parse(source: str, start: int = 0, code_index: int = 0, skip_code_lines: int
     lines = _line_starts(text)
     out = Parsed(code_blocks=code_index)
     walker = _Walker(text, lines, start, out, skip_code_lines)
-    walker.walk(_MD.parse(text))
+    walker.walk(_parser(text).parse(text))
     return out
 
 
 def code_sources(source: str) -> list[str]:
     """The source text of each code block, in order (what 'Copy' of a code block copies)."""
-    return [t.content for t in _MD.parse(source) if t.type in ("fence", "code_block")]
+    return [t.content for t in _parser(source).parse(source) if t.type in ("fence", "code_block")]
 
 
 def _line_starts(text: str) -> list[int]:

@@ -3,8 +3,8 @@
 Header: 'You', or 'target ← drafter · k=4 · T=0.7, top-p 0.95 …' (the settings the reply was made with,
 all of them in its tooltip), and '‹ 2 / 3 ›' among alternatives. A finished reply ends with its note
 (why it stopped) on its own line, then a footer: tokens/s, acceptance, the verdict as a chip, the time
-and the action links. Links are anchors 'action:<MessageAction>:<id>' (the view emits them) and
-'copy:<id>' (the view copies)."""
+and the action links. Links are this run's app links (app.chat.app_links: a scheme no reply can
+write): 'action:<MessageAction>:<id>' (the view emits them) and 'copy:<id>' (the view copies)."""
 from __future__ import annotations
 
 from PySide6.QtGui import QTextBlockFormat, QTextCharFormat
@@ -12,6 +12,7 @@ from PySide6.QtGui import QTextBlockFormat, QTextCharFormat
 from engine.decoding.events import FinishReason
 
 from app.chat.actions import MessageAction
+from app.chat.app_links import LinkKind, href as app_href
 from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
 from app.chat.reply_document import ReplyWriter
 from app.history.records import Message, Role
@@ -101,12 +102,12 @@ def _write_alternatives(w: ReplyWriter, m: Message, actions: bool) -> None:
     f = w.formats
     w.insert("   ", f.small)
     if actions and m.variant > 1:
-        w.insert("‹", f.link(f"action:{MessageAction.PREVIOUS.value}:{m.id}", "Previous alternative", 1.0))
+        w.insert("‹", f.link(app_href(LinkKind.ACTION, MessageAction.PREVIOUS.value, m.id), "Previous alternative", 1.0))
     else:
         w.insert("‹", f.muted)
     w.insert(f" {m.variant} / {m.variants} ", f.small)
     if actions and m.variant < m.variants:
-        w.insert("›", f.link(f"action:{MessageAction.NEXT.value}:{m.id}", "Next alternative", 1.0))
+        w.insert("›", f.link(app_href(LinkKind.ACTION, MessageAction.NEXT.value, m.id), "Next alternative", 1.0))
     else:
         w.insert("›", f.muted)
 
@@ -117,7 +118,7 @@ def _write_links(w: ReplyWriter, m: Message, links, unanswered: bool = False) ->
     for i, (label, name) in enumerate(links):
         if i:
             w.insert(_SEP, f.small)
-        href = f"{COPY}:{m.id}" if name == COPY else f"action:{MessageAction(name).value}:{m.id}"
+        href = app_href(LinkKind.COPY, m.id) if name == COPY else app_href(LinkKind.ACTION, MessageAction(name).value, m.id)
         tip = _RETRY_TIP if unanswered and name == MessageAction.REGENERATE else _LINK_TIPS.get(name, "")
         w.insert(label, f.link(href, tip))
 

@@ -20,6 +20,7 @@ from pygments.token import string_to_tokentype
 
 from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 
+from app.chat.app_links import LinkKind, href as app_href
 from app.chat.markdown_spans import LINE_BREAK, Block, Kind, Style
 from app.core.theme import Mark, TokenColours, mark_format
 
@@ -343,7 +344,7 @@ class ReplyWriter:
         self.insert(b.language or "code", self.formats.small)
         if self.links:
             self.insert("   ", self.formats.small)
-            self.insert("Copy", self.formats.link(f"copy-code:{self.message_id}:{b.code_index}",
+            self.insert("Copy", self.formats.link(app_href(LinkKind.COPY_CODE, self.message_id, b.code_index),
                                                   "Copy this code block"))
 
     def _code_line(self, b: Block) -> None:

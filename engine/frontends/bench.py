@@ -8,6 +8,7 @@ are medians over prompts and repeats, per category.
 from __future__ import annotations
 
 import json
+import math
 import platform
 import statistics
 import sys
@@ -93,6 +94,10 @@ class RunResult:
     """The drafter (Auto is compared with the fixed k of the same drafter, and with plain)."""
     fixed: bool = True
     """A fixed draft length (plain decoding counts as k = 0)."""
+    busy: bool = False
+    """A busy loop took one core during this run (and the rest of its prompt's group): --busy-half."""
+    certainty: str = ""
+    """How sure the engine said its estimated speedup was (engine.decoding.events.Certainty)."""
     rounds: list[tuple[int, int, int, float, float, str]] = field(default_factory=list, repr=False)
     """Per round: k asked, drafted, accepted, draft seconds, verify seconds, drafter kind."""
     token_ids: list[int] = field(default_factory=list, repr=False)
@@ -207,6 +212,7 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
         mean_accepted_per_round=s.mean_accepted_per_round, ttft_s=s.ttft_s, itl_p50_s=s.itl_p50_s,
         itl_p95_s=s.itl_p95_s, python_share=s.python_s / s.wall_s if s.wall_s else 0.0,
         estimated_speedup=s.estimated_speedup, finish_reason=done.finish_reason.value, wall_s=s.wall_s, token_ids=ids,
+        certainty=str(s.certainty),
         second_choices=seconds, python_ms_per_token=1000 * s.python_s / s.tokens if s.tokens else 0.0,
         family=variant.family if variant else PLAIN, fixed=variant.fixed if variant else True, rounds=rounds,
     )
@@ -258,9 +264,12 @@ def run_bench(
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
     native: tuple[object, Sequence[NativeVariant]] | None = None,
     histories: dict[str, HistoryIndex] | None = None,
+    busy_half: bool = False,
 ) -> list[RunResult]:
     """`native`: (tools, modes) to run llama.cpp's own speculative modes beside Draftlight's;
-    `histories`: per prompt id, the index a history variant drafts from (`history_indexes`)."""
+    `histories`: per prompt id, the index a history variant drafts from (`history_indexes`);
+    `busy_half`: a busy loop takes one core for every other prompt group (plain decoding and every
+    variant of one prompt and repeat run under the same load), so the verdict must follow the load."""
     order: list[Variant | None] = [None, *variants]
     tools, natives = native if native else (None, ())
     log(f"warm-up: {len(order)} runs")
@@ -270,23 +279,21 @@ def run_bench(
     everything: list = [*order, *natives]
     total = repeats * len(prompts) * len(everything)
     n = 0
+    group = 0
     for r in range(repeats):
         for p in prompts:
             shift = r % len(everything)  # rotate so no variant always runs first after a prompt change
             runs = {}
-            for v in everything[shift:] + everything[:shift]:
-                if isinstance(v, NativeVariant):
-                    res = _native_run(session, tools, p, v, max_tokens, r)
-                    n += 1
-                    log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
-                        f"acceptance {res.acceptance_rate:.2f}")
-                    results.append(res)
-                    continue
-                res = _one_run(session, p, v, max_tokens, r, histories)
-                runs[res.variant] = res
-                n += 1
-                log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
-                    f"acceptance {res.acceptance_rate:.2f}")
+            group += 1
+            busy = busy_half and group % 2 == 0
+            loop = BusyLoop() if busy else None
+            try:
+                _run_group(session, tools, p, everything[shift:] + everything[:shift], max_tokens, r, histories,
+                           runs, results, busy, log, (n, total))
+            finally:
+                if loop is not None:
+                    loop.stop()
+            n += len(everything)
             plain = runs[PLAIN]
             for res in runs.values():
                 if res.variant != PLAIN:
@@ -297,6 +304,45 @@ def run_bench(
                             f"{res.tie_gap:.3f} logits apart ({'a tie' if res.tie else 'NOT a tie'})")
                 results.append(res)
     return results
+
+
+class BusyLoop:
+    """Another program taking one core (a build, a browser): a process spinning until stopped."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self._proc = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+        self._proc.start()
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.join(5)
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _run_group(session, tools, p, order, max_tokens, r, histories, runs, results, busy, log, progress) -> None:
+    n, total = progress
+    for v in order:
+        if isinstance(v, NativeVariant):
+            res = _native_run(session, tools, p, v, max_tokens, r)
+            res.busy = busy
+            n += 1
+            log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
+                f"acceptance {res.acceptance_rate:.2f}" + (" (busy loop)" if busy else ""))
+            results.append(res)
+            continue
+        res = _one_run(session, p, v, max_tokens, r, histories)
+        res.busy = busy
+        runs[res.variant] = res
+        n += 1
+        est = f", estimated {res.estimated_speedup:.2f}x" if res.estimated_speedup else ""
+        log(f"[{n}/{total}] {p.id} {res.variant}: {res.tokens} tok, {res.tokens_per_s:.2f} tok/s, "
+            f"acceptance {res.acceptance_rate:.2f}{est}" + (" (busy loop)" if busy else ""))
 
 
 #: Two candidates closer than this (in logits) can swap places between a batched and a
@@ -372,12 +418,15 @@ def summarise(results: Sequence[RunResult]) -> dict:
             vs_best = [r.tokens_per_s / best for r in rs if not r.fixed
                        for best in [_best_fixed(results, r)] if best > 0]
             est = [r.estimated_speedup for r in rs if r.estimated_speedup]
+            judged = _verdict_ratios(rs, plain)
             table[cat][v] = {
                 "runs": len(rs),
                 "tokens_per_s": _median([r.tokens_per_s for r in rs]),
                 "speedup": _median(ratios),
                 "speedup_min": min(ratios) if ratios else None,
                 "estimated_speedup": _median(est),
+                "verdict_ratio": _median(judged),
+                "verdict_worst": max(judged, key=lambda x: abs(math.log(x))) if judged else None,
                 "acceptance_rate": _median([r.acceptance_rate for r in rs]),
                 "mean_accepted_per_round": _median([r.mean_accepted_per_round for r in rs]),
                 "ttft_s": _median([r.ttft_s for r in rs]),
@@ -388,7 +437,32 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "auto_vs_best_fixed": _median(vs_best),
                 "greedy_equal": None if v == PLAIN or rs[0].family == "llama.cpp" else _equality(rs),
             }
-    return {"categories": categories, "variants": variants, "table": table}
+    return {"categories": categories, "variants": variants, "table": table, "verdict": _verdict_summary(results, plain)}
+
+
+def _verdict_ratios(rs: Sequence[RunResult], plain: dict) -> list[float]:
+    """Per run: the engine's estimated speedup over the one measured against plain decoding of the
+    same prompt in the same repeat (1.0 = the verdict was exact)."""
+    out = []
+    for r in rs:
+        base = plain.get((r.prompt_id, r.repeat))
+        if r.variant == PLAIN or not r.estimated_speedup or base is None or not base.tokens_per_s or not r.tokens_per_s:
+            continue
+        out.append(r.estimated_speedup / (r.tokens_per_s / base.tokens_per_s))
+    return out
+
+
+def _verdict_summary(results: Sequence[RunResult], plain: dict) -> dict:
+    """How far the verdict was off, over every speculative run: all, quiet and under the busy loop."""
+    out = {}
+    for name, keep in (("all", lambda r: True), ("quiet", lambda r: not r.busy), ("busy loop", lambda r: r.busy)):
+        ratios = _verdict_ratios([r for r in results if keep(r)], plain)
+        if ratios:
+            errors = sorted(abs(x - 1.0) for x in ratios)
+            out[name] = {"runs": len(ratios), "median_error": statistics.median(errors), "worst_error": errors[-1],
+                         "within_10": sum(e <= 0.10 for e in errors) / len(errors),
+                         "within_25": sum(e <= 0.25 for e in errors) / len(errors)}
+    return out
 
 
 def markdown(summary: dict, meta: dict) -> str:
@@ -397,9 +471,10 @@ def markdown(summary: dict, meta: dict) -> str:
         f"- target: `{meta['target']}`", f"- machine: {meta['machine']}", f"- llama.cpp backends: {meta['backends']}",
         f"- prompts: {meta['prompts']} ({meta['n_prompts']}), max tokens {meta['max_tokens']}, repeats {meta['repeats']}, "
         f"interleaved, medians", f"- date: {meta['date']}", "",
-        "| category | variant | tok/s | speedup vs plain (min) | Auto / best fixed k | estimated speedup | acceptance "
+        "| category | variant | tok/s | speedup vs plain (min) | Auto / best fixed k | estimated speedup "
+        "| estimated / measured (worst) | acceptance "
         "| accepted/round | TTFT ms | ITL p50/p95 ms | Python ms/token | greedy = plain |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(x, spec=".2f", scale=1.0):
@@ -410,10 +485,23 @@ def markdown(summary: dict, meta: dict) -> str:
             lines.append(
                 f"| {cat} | {v} | {f(row['tokens_per_s'])} | {f(row['speedup'])}x ({f(row['speedup_min'])}) "
                 f"| {f(row['auto_vs_best_fixed'])}{'x' if row['auto_vs_best_fixed'] else ''} "
-                f"| {f(row['estimated_speedup'])}x | {f(row['acceptance_rate'])} | {f(row['mean_accepted_per_round'])} "
+                f"| {f(row['estimated_speedup'])}x | {f(row.get('verdict_ratio'))} ({f(row.get('verdict_worst'))}) "
+                f"| {f(row['acceptance_rate'])} | {f(row['mean_accepted_per_round'])} "
                 f"| {f(row['ttft_s'], '.0f', 1000)} | {f(row['itl_p50_s'], '.0f', 1000)}/{f(row['itl_p95_s'], '.0f', 1000)} "
                 f"| {f(row['python_ms_per_token'], '.2f')} | {row['greedy_equal'] or '-'} |"
             )
+    verdict = summary.get("verdict") or {}
+    if verdict:
+        busy = " A busy loop took one core for every other prompt group (plain decoding and every variant of " \
+               "that prompt and repeat under the same load), so the load changed between groups." \
+            if meta.get("busy_half") else ""
+        lines += ["", "The verdict: per speculative run, the engine's estimated speedup (plain decoding priced round "
+                  "by round at the machine's speed in that round) over the speedup measured against plain decoding "
+                  f"of the same prompt in the same repeat.{busy}", "",
+                  "| runs | n | median error | worst error | within 10% | within 25% |", "|---|---|---|---|---|---|"]
+        for name, v in verdict.items():
+            lines.append(f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} "
+                         f"| {v['within_10']:.0%} | {v['within_25']:.0%} |")
     native = meta.get("native")
     if native:
         lines += ["", f"llama.cpp's own `llama-bench` on the same model, threads and repacking ({native['command']}): "

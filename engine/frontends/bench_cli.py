@@ -45,6 +45,8 @@ def register(sub) -> None:
                    help="for 'history': index each warm-up conversation with the target's own plain greedy reply to it "
                         "(up to N tokens, generated before the runs), as a past chat would hold (default 0: none)")
     add_history_options(b)
+    b.add_argument("--busy-half", action="store_true",
+                   help="a busy loop takes one core for every other prompt group: the verdict must follow the load")
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.set_defaults(func=cmd_bench)
 
@@ -76,8 +78,9 @@ def cmd_bench(args) -> int:
         head_to_head = _native_modes(args, variants) if args.native and args.native_modes else None
         histories, history_meta = _histories(args, session, prompts) if any(v.history for v in variants) else (None, None)
         results = run_bench(session, prompts, variants, args.max_tokens, args.repeats, native=head_to_head,
-                            histories=histories)
+                            histories=histories, busy_half=args.busy_half)
         meta = meta_for(session, args.prompts, prompts, args.max_tokens, args.repeats)
+        meta["busy_half"] = args.busy_half
         if history_meta:
             meta["history"] = history_meta
         if native:
