@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from PySide6.QtWidgets import QApplication
 
-    from app.qt_check import emit_bug
+    from app.qt_check import emit_bug, platform_problem
 
-    problem = emit_bug()
+    problem = emit_bug() or platform_problem()
     if problem:
         print(f"draftlight: {problem}", file=sys.stderr)
         return 2

@@ -202,3 +202,41 @@ def test_download_pair_records_the_pair_as_source(hub, folder, tiny):
     assert installed_path(pair.target) == target
     opts = modelstore.pair_options(target)
     assert opts[0].drafter.path == drafter and opts[0].compatible
+
+
+def test_two_downloads_of_one_file_take_turns_and_the_file_lands_whole(hub, folder, medium_gguf):
+    """Catalog pairs share drafter files: two downloads of one file at once must not share a .part."""
+    results, errors = [], []
+    started = threading.Barrier(2)
+
+    def one() -> None:
+        started.wait()
+        try:
+            results.append(download_file(catalog_file(medium_gguf), endpoint=hub.endpoint))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and len(results) == 2 and results[0] == results[1]
+    assert results[0].read_bytes() == medium_gguf  # whole, not twice its size
+    assert modelstore.partial_downloads() == []
+    assert hub.ranges() == []  # one full transfer; the second found the file installed and fetched nothing
+
+
+def test_a_download_waiting_for_another_of_the_same_file_can_be_cancelled(hub, folder, medium_gguf):
+    from filelock import FileLock
+
+    held = FileLock(str(folder / modelstore.PARTIAL_DIR / f"{NAME}.lock"))
+    (folder / modelstore.PARTIAL_DIR).mkdir(parents=True, exist_ok=True)
+    held.acquire()
+    try:
+        cancel = threading.Event()
+        threading.Timer(0.5, cancel.set).start()
+        with pytest.raises(DownloadCancelled, match="another download"):
+            download_file(catalog_file(medium_gguf), cancel=cancel, endpoint=hub.endpoint)
+    finally:
+        held.release()

@@ -10,6 +10,7 @@ moves into the folder (os.replace) only once its size, SHA-256 and GGUF structur
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
@@ -286,12 +287,42 @@ def download_file(f: CatalogFile, dest_dir: Path | None = None, progress: Progre
     clear message otherwise (offline, not found, connection lost, checksum mismatch). A dropped
     connection is resumed within the call (huggingface_hub's http_get, with a Range request) up to
     `retries` times in a row without new bytes; beyond that the call fails and the next one resumes.
+    Two calls for one file (in threads or processes) take turns: the second finds it installed.
     """
+    folder = Path(dest_dir) if dest_dir is not None else modelstore.models_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    # One writer per file: catalog pairs share drafter files, and two downloads appending to one
+    # .part corrupt it. The second waits here (cancellable), then finds the file installed.
+    with _file_lock(f, folder, cancel):
+        return _download_file(f, folder, progress, cancel, endpoint, token, retries, source)
+
+
+@contextlib.contextmanager
+def _file_lock(f: CatalogFile, folder: Path, cancel: threading.Event | None):
+    from filelock import FileLock, Timeout
+
+    lock_dir = folder / modelstore.PARTIAL_DIR
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_dir / f"{f.local_name}.lock"))
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise DownloadCancelled(f"download of {f.local_name} cancelled while another download of it ran")
+        try:
+            lock.acquire(timeout=0.2)
+            break
+        except Timeout:
+            continue
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _download_file(f: CatalogFile, folder: Path, progress: ProgressFn | None, cancel: threading.Event | None,
+                   endpoint: str | None, token: str | bool | None, retries: int, source: str | None) -> Path:
     from huggingface_hub import utils as hf_utils
     from huggingface_hub.file_download import http_get
 
-    folder = Path(dest_dir) if dest_dir is not None else modelstore.models_folder()
-    folder.mkdir(parents=True, exist_ok=True)
     source = source or "catalog"
     if (done := _already_there(f, folder)) is not None:
         return done
