@@ -200,12 +200,9 @@ def write_tiny_mamba(path: Path, seed: int = 5) -> Path:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(0)
     w.add_tokenizer_model("llama")
-    if spec.vocab_writer is not None:
-        spec.vocab_writer(w, tokens, scores, types)
-    else:
-        w.add_token_list(tokens)
-        w.add_token_scores(scores)
-        w.add_token_types(types)
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)

@@ -51,6 +51,7 @@ def key_for(path: Path, load: dict[str, Any]) -> str:
     with path.open("rb") as fh:
         h.update(fh.read(_HEADER_BYTES))
     ident = {
+        "v": 2,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth)
         "file": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header": h.hexdigest(),
         "cpu": _cpu_name(), "cores": os.cpu_count(), "machine": platform.machine(), "llama_cpp": _version(), **load,
     }
@@ -82,13 +83,18 @@ def load(key: str) -> dict[str, Any] | None:
         return None
     if not good or not (step is None or (isinstance(step, (int, float)) and step > 0)):
         return None
-    return {"blocks": good, "step": step}
+    interference = entry.get("interference", 1.0)
+    if not isinstance(interference, (int, float)) or not 1.0 <= interference <= 3.0:
+        interference = 1.0
+    return {"blocks": good, "step": step, "interference": float(interference)}
 
 
-def save(key: str, blocks: dict[int, float], step: float | None = None) -> None:
-    """Keep `blocks` (seconds per block size) and a single step's cost for `key`; never raises."""
+def save(key: str, blocks: dict[int, float], step: float | None = None, interference: float = 1.0) -> None:
+    """Keep `blocks` (seconds per block size), a single step's cost and, for a drafter, how much
+    slower the target's next step is after one of its steps, for `key`; never raises."""
     data = _read()
-    data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step, "saved": time.time()}
+    data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
+                 "interference": interference, "saved": time.time()}
     if len(data) > MAX_ENTRIES:
         newest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
         for k in newest[: len(data) - MAX_ENTRIES]:

@@ -34,6 +34,7 @@ come back at all. Auto never probes when even a perfect drafter could not beat p
 from __future__ import annotations
 
 import math
+import statistics
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
@@ -179,39 +180,57 @@ class BlockCost:
 #: How fast the machine's speed factor follows the rounds: about three rounds to move most of the
 #: way to a new load (a browser, a build, battery saving), yet one slow round moves it only 30%.
 SPEED_ALPHA = 0.3
-#: The shape of block costs learns from real rounds this slowly (real rounds run at the reply's
-#: depth, the calibration at a short probe), and only from rounds within SHAPE_STEADY of the speed.
-SHAPE_ALPHA, SHAPE_STEADY = 0.05, 0.1
+#: Adjacent-pair corrections of the shape kept (their median counts: one pair that straddles a
+#: change of load is outvoted).
+PAIRS = 7
 
 
 class CostModel:
     """What things cost on this machine, for this pair, measured while it runs.
 
-    The target's cost is a shape times a speed: `verify` holds the cost of each block size at the
-    speed the shape was measured (the calibration at load, or a kept one), `speed` how much slower
-    (> 1) or faster the machine runs now, refreshed by every round whatever block size it verified.
-    So a reply that always drafts k=4 still moves the price of plain decoding, V(1), with the load."""
+    The target's cost is a shape times a speed: `verify` holds the cost of each block size as
+    calibrated (at load, or kept from an earlier launch), `speed` how much slower (> 1) or faster
+    the machine runs now, refreshed by every round whatever block size it verified. So a reply that
+    always drafts k=4 still moves the price of plain decoding, V(1), with the load.
+
+    The shape was measured at another depth in the context (attention costs grow with it, the more
+    the larger the block) and maybe under another load: a plain round next to a drafting one
+    measures V(1)/V(n) within a second, whatever the load, and the median of the last PAIRS such
+    pairs corrects the shape's V(1)/V(n) for every n > 1."""
 
     def __init__(self) -> None:
-        self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, at speed 1
+        self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, as calibrated
         self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
+        self.pairs: deque[float] = deque(maxlen=PAIRS)
+        self._last: tuple[int, float] | None = None  # the last round's block size and seconds
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch
         self.draft_per_token = Ewma()
         self.overhead = Ewma(value=0.0)
         self.plain_overhead = Ewma()  # rounds without a draft do less bookkeeping
         self.overhead_per_draft_token = Ewma()  # judging each drafted token costs a little more
+        self.interference = 1.0
+        """How much slower a target step runs right after a step of the model drafter than after one of
+        its own (measured at load): plain decoding, the baseline, never pays it."""
 
     def add_verify(self, n: int, seconds: float) -> None:
         """A calibration point of the shape, at the current speed."""
         self.verify.add(n, seconds / (self.speed.value or 1.0))
 
-    def verify_cost(self, n: int) -> float | None:
+    def correction(self) -> float:
+        """Measured V(1)/V(n) over the shape's, from adjacent plain and drafting rounds (1: none yet)."""
+        return statistics.median(self.pairs) if self.pairs else 1.0
+
+    def _shape(self, n: int) -> float | None:
         shape = self.verify(n)
+        return shape if shape is None or n == 1 else shape / self.correction()
+
+    def verify_cost(self, n: int) -> float | None:
+        shape = self._shape(n)
         return None if shape is None else shape * (self.speed.value or 1.0)
 
     def speed_ratio(self, n: int, seconds: float) -> float | None:
         """How much slower than the shape a pass over n tokens that took `seconds` ran (None: no shape)."""
-        shape = self.verify(n)
+        shape = self._shape(n)
         return seconds / shape if shape else None
 
     def plain_price(self, n: int, seconds: float) -> float | None:
@@ -224,21 +243,28 @@ class CostModel:
             return None
         return shape1 * ratio + self.round_overhead(0)
 
+    def new_reply(self) -> None:
+        """A reply starts: its first round sits at another depth than the last one's, no pair with it."""
+        self._last = None
+
+    def _learn_pair(self, n: int, seconds: float) -> None:
+        last, self._last = self._last, (n, seconds)
+        if last is None or (last[0] == 1) == (n == 1):
+            return
+        (_, t1), (nn, tn) = (last, (n, seconds)) if last[0] == 1 else ((n, seconds), last)
+        s1, sn = self.verify(1), self.verify(nn)
+        if s1 and sn and tn > 0 and t1 > 0:
+            self.pairs.append((t1 / tn) / (s1 / sn))
+
     def observe_verify(self, n: int, seconds: float) -> None:
-        """A real round: the speed follows it. The shape changes only where that cannot drag in a
-        change of load: a size it lacks is added while it has fewer than two (nothing calibrated),
-        and a measured size is refined slowly, only from rounds at the speed the model already has
-        (a round during a load change, normalised by a lagging speed, would bend the shape)."""
-        sizes = self.verify.by_size
-        ratio = self.speed_ratio(n, seconds)
-        if ratio is None or (n not in sizes and len(sizes) < 2):
+        """A real round: the speed follows it, and a plain round next to a drafting one corrects the
+        shape. The shape's points themselves change only while it has fewer than two (nothing
+        calibrated: a session told not to measure learns them from its first rounds)."""
+        if self.verify(n) is None or (n not in self.verify.by_size and len(self.verify.by_size) < 2):
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
-        speed = self.speed.value or 1.0
-        steady = abs(ratio / speed - 1.0) < SHAPE_STEADY
-        self.speed.add(ratio)
-        if steady and n in sizes:
-            self.verify.nudge(n, seconds / (self.speed.value or 1.0), SHAPE_ALPHA)
+        self._learn_pair(n, seconds)
+        self.speed.add(self.speed_ratio(n, seconds))
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""

@@ -20,9 +20,9 @@ import numpy as np
 from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
 from engine.decoding.events import Certainty
 from engine.decoding.policy import (
-    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, FixedK, NoDraft, RoundOutcome,
+    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome,
 )
-from engine.decoding.verdict import PlainEstimate
+from engine.decoding.verdict import ControlRounds, PlainEstimate
 
 #: Longest draft replayed (Auto's k_max).
 K_MAX = 16
@@ -150,12 +150,14 @@ def calibrated_costs(profile: CostProfile) -> CostModel:
 
 def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostModel], DraftPolicy],
              drafter: str = "model", costs: CostModel | None = None,
-             load: Callable[[float], float] = lambda _t: 1.0) -> SimResult:
+             load: Callable[[float], float] = lambda _t: 1.0, control: bool = False) -> SimResult:
     """Decode `trace` with the policy, as `generate` would: drafter 'model', 'lookup' or 'lookup+model'.
     `load(t)`: how many times slower than the profile the machine runs at simulated second t (a
-    clock the caller controls: the costs the engine was calibrated with go stale)."""
+    clock the caller controls: the costs the engine was calibrated with go stale). `control`: the live
+    engine's control rounds (verdict.ControlRounds), as a Session has them."""
     costs = costs or calibrated_costs(profile)
     verdict = PlainEstimate()
+    controls = ControlRounds(costs) if control else None
     policy = make_policy(costs)
     use_model, use_lookup = "model" in drafter, "lookup" in drafter
     res = SimResult()
@@ -164,7 +166,7 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
     while t < n:
         slow = load(res.seconds)
         behind = t + 1 - read
-        req = policy.request(n - t - 1, behind)
+        req = DraftRequest() if controls is not None and controls.due(n - t) else policy.request(n - t - 1, behind)
         key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
         draft_s = catchup_s = 0.0
         catchup_n = 0
@@ -193,6 +195,8 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
         verdict.add_round(costs, o, emitted)
         costs.record(o)
         policy.observe(o)
+        if controls is not None:
+            controls.observe(o, emitted)
         res.started.append(res.seconds)
         res.emitted.append(emitted)
         t += emitted

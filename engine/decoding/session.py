@@ -8,6 +8,7 @@ with ContextFullError before anything is generated.
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,10 @@ from engine.decoding.speculative import generate
 
 LOOKUP = "lookup"
 NONE = "none"
+#: Block sizes the target is timed at when a pair loads (drafts of 1-5 are the common ones, so
+#: they are measured, not interpolated), and the context depth they are timed at (a short chat).
+CALIBRATED_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+PROBE_DEPTH = 128
 #: Used when a model has no chat template of its own.
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n\n{% endfor %}"
@@ -110,6 +115,9 @@ class Session:
         self.history: HistoryIndex | None = None  # past conversations prompt lookup may draft from (opt-in)
         self._autos: dict[DraftSpec, AutoK] = {}  # what Auto learned, per drafter, for this session
         self._calibrate = calibrate
+        self.control_rounds = True
+        """Now and then a plain round where it costs next to nothing, so the verdict prices plain
+        decoding in the same minute (engine.decoding.verdict.ControlRounds)."""
         self.kept_calibration: list[str] = []
         """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
@@ -143,11 +151,12 @@ class Session:
                 fresh = True
         changed = model is not self.draft_model
         per_token, catchup = Ewma(), BlockCost()
+        interference = 1.0
         try:
             if fresh:
                 check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
             if changed and model is not None and self._calibrate:
-                self._measure_drafter(model, per_token, catchup, cancel=cancel)
+                interference = self._measure_drafter(model, per_token, catchup, cancel=cancel)
         except BaseException:
             if fresh:
                 model.close()
@@ -159,6 +168,7 @@ class Session:
         self.drafter = self._make_drafter()
         if changed:
             self.costs.draft_per_token, self.costs.catchup = per_token, catchup
+            self.costs.interference = interference
 
     def _make_drafter(self) -> Drafter | None:
         self._drafter_note = []
@@ -185,16 +195,15 @@ class Session:
         self.drafter = self._make_drafter()
 
     # -- measuring --------------------------------------------------------------
-    def calibrate_target(self, sizes: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 2,
+    def calibrate_target(self, sizes: Sequence[int] = CALIBRATED_SIZES, repeats: int = 3,
                          cancel: threading.Event | None = None, fresh: bool = False) -> None:
         """Time the target's pass for a few block sizes: Auto prices every draft length from
         these before the first reply, and refines them online. A measurement kept for this file
         on this machine (engine.decoding.calibration) is used instead unless `fresh`."""
         kept = None if fresh else calibration.load(self._key(self.target))
         if kept is not None:
-            for _ in range(repeats):
-                for n, dt in kept["blocks"].items():
-                    self.costs.add_verify(n, dt)
+            for n, dt in kept["blocks"].items():
+                self.costs.add_verify(n, dt)
             self.kept_calibration.append(self.target.path.name)
             return
         for n, dt in self._time_blocks(self.target, sizes, repeats, cancel):
@@ -204,27 +213,58 @@ class Session:
     def calibrate_drafter(self, repeats: int = 3) -> None:
         """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            self._measure_drafter(self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats, fresh=True)
+            self.costs.interference = self._measure_drafter(self.draft_model, self.costs.draft_per_token,
+                                                            self.costs.catchup, repeats, fresh=True)
 
     def _measure_drafter(self, model: LlamaModel, per_token: Ewma, catchup: BlockCost, repeats: int = 3,
-                         cancel: threading.Event | None = None, fresh: bool = False) -> None:
+                         cancel: threading.Event | None = None, fresh: bool = False) -> float:
+        """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)."""
         key = self._key(model)
         kept = None if fresh else calibration.load(key)
         if kept is not None and kept["step"]:
-            for _ in range(repeats):
-                per_token.add(kept["step"])
-                for n, dt in kept["blocks"].items():
-                    catchup.add(n, dt)
+            per_token.add(kept["step"])
+            for n, dt in kept["blocks"].items():
+                catchup.add(n, dt)
             self.kept_calibration.append(model.path.name)
-            return
+            return kept["interference"]
         for n, dt in self._time_blocks(model, (1, 16, 64), repeats, cancel):
             if n == 1:
                 per_token.add(dt)
             else:
                 catchup.add(n, dt)
+        interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
         blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
         if per_token.value and blocks:
-            calibration.save(key, blocks, per_token.value)
+            calibration.save(key, blocks, per_token.value, interference)
+        return interference
+
+    def _interference(self, drafter: LlamaModel, cancel: threading.Event | None = None, repeats: int = 5) -> float:
+        """How much slower a target step is right after a drafter step than after a target step (the two
+        models share the cores, caches and memory bandwidth): plain decoding, the baseline, never pays it."""
+        text = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
+        depth = max(1, min(PROBE_DEPTH, self.target.n_ctx - 4, drafter.n_ctx - 4))
+        probe = (text * (depth // len(text) + 1))[:depth]
+        tok = probe[-1:]
+        for m in (self.target, drafter):
+            m.clear()
+            m.decode(probe, "none")
+        clean, after = [], []
+        try:
+            for rep in range(repeats + 1):
+                if cancel is not None and cancel.is_set():
+                    raise LoadCancelled(f"loading {drafter.path.name} was cancelled while measuring its speed")
+                for follows_drafter, times in ((False, clean), (True, after)):
+                    (drafter if follows_drafter else self.target).decode(tok, "all")
+                    (drafter if follows_drafter else self.target).truncate(depth)
+                    t = time.perf_counter()
+                    self.target.decode(tok, "all")
+                    if rep:
+                        times.append(time.perf_counter() - t)
+                    self.target.truncate(depth)
+        finally:
+            self.target.clear()
+            drafter.clear()
+        return min(3.0, max(1.0, statistics.median(after) / statistics.median(clean)))
 
     @staticmethod
     def _key(model: LlamaModel) -> str:
@@ -246,11 +286,17 @@ class Session:
         if self.draft_model is not None and c.draft_per_token.value:
             drafted = {n: v for n in c.catchup.by_size if (v := c.catchup(n))}
             if drafted:
-                calibration.save(self._key(self.draft_model), drafted, c.draft_per_token.value)
+                calibration.save(self._key(self.draft_model), drafted, c.draft_per_token.value, c.interference)
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
                      cancel: threading.Event | None = None) -> list[tuple[int, float]]:
-        probe = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
+        """The median of `repeats` passes per block size, at a reply's depth in the context (PROBE_DEPTH
+        tokens), sizes interleaved so a change of load touches them all alike; each size's first pass
+        (its compute graph is allocated then) is not counted."""
+        text = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
+        depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
+        probe = (text * (depth // len(text) + 1))[:depth]
+
         def back_to_probe() -> None:
             if model.can_trim and len(model.kv) >= len(probe):
                 model.truncate(len(probe))
@@ -258,20 +304,20 @@ class Session:
                 model.clear()
                 model.decode(probe, "none")
 
-        back_to_probe()
-        model.decode(probe[:1], "all")  # warm-up: the first pass allocates compute graphs
-        out = []
-        for n in sizes if model.can_trim else sizes[:1]:
-            for _ in range(repeats):
+        sizes = list(sizes) if model.can_trim else list(sizes[:1])
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for rep in range(repeats + 1):
+            for n in sizes:
                 if cancel is not None and cancel.is_set():
                     model.clear()
                     raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
-                model.decode((probe * 16)[:n], "all")
-                out.append((n, time.perf_counter() - t))
+                model.decode((text * (n // len(text) + 1))[:n], "all")
+                if rep:  # the first round of passes only warms up
+                    times[n].append(time.perf_counter() - t)
         model.clear()
-        return out
+        return [(n, statistics.median(ts)) for n, ts in times.items()]
 
     # -- prompts ----------------------------------------------------------------
     def render(self, messages: Sequence[dict[str, str]], reserve: int = 0) -> RenderedPrompt:
@@ -367,6 +413,7 @@ class Session:
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
+            control=self.control_rounds,
         )
         return self._keeping(events)
 

@@ -26,6 +26,7 @@ from engine.decoding.llama_backend import LlamaModel
 from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
+from engine.decoding.verdict import ControlRounds
 from engine.errors import ContextFullError, EngineError
 
 _NO_DRAFT = Draft()
@@ -166,11 +167,12 @@ def rewind(target: LlamaModel, drafter: Drafter | None, ctx: list[int]) -> None:
 
 
 def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator) -> Iterator[Round]:
+           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+           control: ControlRounds | None = None) -> Iterator[Round]:
     """The token-level loop. `ctx` grows in place; whatever happens (a consumer that stops listening
     included), the caches are rewound to it."""
     try:
-        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng)
+        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng, control)
     except BaseException:
         with contextlib.suppress(Exception):
             rewind(target, drafter, ctx)  # never hide the error that got us here
@@ -179,7 +181,8 @@ def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: 
 
 
 def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-          max_tokens: int, stop: threading.Event | None, rng: np.random.Generator) -> Iterator[Round]:
+          max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+          control: ControlRounds | None = None) -> Iterator[Round]:
     emitted = 0
     number = 0
     # A block of k + 1 tokens must fit one llama_decode call.
@@ -192,7 +195,10 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             raise ContextFullError("the context is full")
         number += 1
         limit = min(room, max_tokens - emitted - 1, k_cap)
-        draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
+        if control is not None and control.due(max_tokens - emitted):
+            draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
+        else:
+            draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
         rows, verify_s = verify(target, ctx, draft)
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
@@ -208,6 +214,8 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens,
         )
         policy.observe(outcome)
+        if control is not None:
+            control.observe(outcome, keep)
         yield Round(number, draft, verdict, new[:keep], ([TokenSource.ACCEPTED] * verdict.accepted + [last])[:keep],
                     outcome, finish)
         emitted += keep
@@ -247,13 +255,16 @@ def generate(
     stop: threading.Event | None = None,
     costs: CostModel | None = None,
     note: str = "",
+    control: bool = False,
 ) -> Iterator[Event]:
-    """Generate a reply to `prompt` (token ids), yielding the event stream."""
+    """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
+    plain round among drafting ones where it costs next to nothing (verdict.ControlRounds)."""
     if not prompt:
         raise EngineError("the prompt is empty")
     params.validate()
     policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
+    costs.new_reply()
     rng = np.random.default_rng(params.seed)
     stats = StatsTracker(policy.label, target, drafter, getattr(policy, "rounds_seen", 0))
     if len(prompt) >= target.n_ctx:
@@ -268,7 +279,8 @@ def generate(
     pending: tuple[RoundOutcome, float] | None = None  # a round's costs, recorded once its events are out
     emitted = 0
     t_round = stats.clock()
-    steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng)
+    steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng,
+                   ControlRounds(costs) if control and policy.drafts else None)
     try:
         for r in steps:
             finish = r.finish

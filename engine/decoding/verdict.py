@@ -3,15 +3,17 @@ taken for the same tokens, each round priced at the speed the machine ran that r
 
 A price measured at load goes stale as soon as the machine's load changes (a browser, a build,
 battery saving): a reply then looks 3x faster or slower than it is. Instead every round's own
-verification pass says how fast the target runs now (its time against the calibrated shape of
-block costs), and plain decoding's cost for that round's tokens is V(1) at that speed. The sum
-over the reply is the counterfactual plain time; the speedup is that over the reply's own time.
+verification pass says how fast the target runs now, and plain decoding's cost for that round's
+tokens is V(1) at that speed: the round's time times V(1)/V(n), as the calibrated shape of block
+costs says, corrected by plain rounds next to drafting ones (ControlRounds puts one in now and
+then where it costs next to nothing). The sum over the reply is the counterfactual plain time;
+the speedup is that over the reply's own time.
 """
 from __future__ import annotations
 
 import statistics
 
-from engine.decoding.events import Certainty
+from engine.decoding.events import Certainty, DraftKind
 from engine.decoding.policy import CostModel, RoundOutcome
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
@@ -23,29 +25,50 @@ LOAD_CHANGE = 1.3
 
 
 class PlainEstimate:
-    """What plain decoding would have cost for the tokens a reply emitted, round by round."""
+    """What plain decoding would have cost for the tokens a reply emitted, round by round: a round
+    that verified n tokens in t seconds cost plain decoding V(1) per token at that round's speed,
+    t times V(1)/V(n) of the shape as corrected now (CostModel.correction: the correction is about
+    this depth in the context and this calibration, not about the load, so the newest one prices
+    the whole reply)."""
 
     def __init__(self) -> None:
-        self.plain_s = 0.0
         self.tokens = 0
         self.rounds = 0
         self.ratios: list[float] = []
+        self._costs: CostModel | None = None
+        # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference)
+        self._by_size: dict[tuple[int, bool], float] = {}
+        self._after_model = False
 
     def add_round(self, costs: CostModel, o: RoundOutcome, kept: int) -> None:
         """Call before `costs.record(o)`: the round is priced against the shape it was decided on."""
         n = o.drafted + 1
-        price = costs.plain_price(n, o.verify_s)
-        if price is None:
+        model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
+        after_model, self._after_model = model or (n == 1 and self._after_model), model
+        if costs.plain_price(n, o.verify_s) is None:
             return
+        self._costs = costs
         self.rounds += 1
         ratio = costs.speed_ratio(n, o.verify_s)
         if ratio is not None:
             self.ratios.append(ratio)
-        self.plain_s += kept * price
+        self._by_size[n, after_model] = self._by_size.get((n, after_model), 0.0) + kept * o.verify_s
         self.tokens += kept
 
+    @property
+    def plain_s(self) -> float:
+        c = self._costs
+        if c is None:
+            return 0.0
+        total = self.tokens * c.round_overhead(0)
+        for (n, after_model), s in self._by_size.items():
+            v1 = c.plain_price(n, s) - c.round_overhead(0)  # linear in the seconds
+            total += v1 / c.interference if after_model else v1
+        return total
+
     def plain_tokens_per_s(self) -> float | None:
-        return self.tokens / self.plain_s if self.plain_s > 0 and self.tokens else None
+        plain = self.plain_s
+        return self.tokens / plain if plain > 0 and self.tokens else None
 
     def speedup(self, tokens: int, seconds: float) -> float | None:
         """`tokens` emitted in `seconds` of generation, against plain decoding's time for them."""
@@ -65,3 +88,52 @@ class PlainEstimate:
             if min(a, b) > 0 and max(a, b) / min(a, b) > LOAD_CHANGE:
                 return Certainty.LOAD_CHANGED
         return Certainty.SETTLED
+
+
+#: A control round is due after this many rounds without a plain one (CONTROL_FIRST for a reply's
+#: first FIRST_CONTROLS: the shape's V(1)/V(n) depends on the depth in the context, measured here
+#: 20% off between a depth of 128 and a reply's, so each reply learns its own early)...
+CONTROL_EVERY, CONTROL_FIRST, FIRST_CONTROLS = 12, 4, 3
+#: ...when it costs at most this share of the time since the last plain round (a plain round that is
+#: as fast per token as drafting costs nothing: on CPUs, where verifying n tokens costs nearly n steps).
+CONTROL_BUDGET = 0.01
+
+
+class ControlRounds:
+    """Now and then one plain round among drafting ones, so the verdict prices plain decoding with
+    V(1) measured in the same minute and at the same depth in the context (a calibrated shape is
+    measured at another depth and another load). The output is the same: a plain round is a round
+    that drafted nothing. What it may cost is bounded by CONTROL_BUDGET."""
+
+    def __init__(self, costs: CostModel) -> None:
+        self.costs = costs
+        self.since = 0
+        self.spent_s = 0.0
+        self.tokens = 0
+        self.done = 0  # control rounds in this reply
+        self.model = False  # the drafting rounds since the last plain one drafted with the model
+
+    def due(self, remaining: int | None = None) -> bool:
+        """Whether this round should be plain; `remaining`: tokens the reply may still emit (near its
+        end a plain round would be one round more, not one instead)."""
+        if self.since < (CONTROL_EVERY if self.done >= FIRST_CONTROLS else CONTROL_FIRST) or not self.tokens:
+            return False
+        plain = self.costs.plain_token_cost()
+        if plain is None:
+            return False
+        if remaining is not None and remaining < 4 * self.tokens / self.since:
+            return False
+        per_token = self.spent_s / self.tokens  # what drafting made a token cost, lately
+        # After a plain round the model drafter reads the token it did not draft: a catch-up to pay.
+        catchup = self.costs.catchup_cost(2) - self.costs.draft_cost(1) if self.model else 0.0
+        return plain - per_token + max(0.0, catchup) <= CONTROL_BUDGET * self.spent_s
+
+    def observe(self, o: RoundOutcome, kept: int) -> None:
+        if not o.drafted:
+            self.done += self.since > 0
+            self.since, self.spent_s, self.tokens = 0, 0.0, 0
+            return
+        self.since += 1
+        self.model = o.key.kind is DraftKind.MODEL
+        self.spent_s += o.verify_s + o.draft_s + o.catchup_s + o.overhead_s
+        self.tokens += kept
