@@ -323,3 +323,44 @@ def test_a_history_file_without_write_permission_is_shown_read_only_and_left_unt
         assert got["titles"] == ["kept chat"] and got["messages"] == ["hello"]
         assert "read-only" in got["write"]
         assert digest(path) == before
+
+
+def test_a_batch_refused_while_another_program_writes_is_saved_with_the_next_one(qtbot, tiny, isolated_home, holders):
+    """A second process holds the database mid-reply: the reply's batches then fail for a while; the
+    stored reply must still be whole (it once had a hole there), and the notice must tell the truth."""
+    from test_app_support import hold_after_first_token
+
+    install_tiny(tiny, isolated_home, max_tokens=60)
+    from app.window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=REPLY_TIMEOUT_MS)
+    gate, hold = hold_after_first_token(w)
+    notices = []
+
+    def on_notice(notice) -> None:  # the other program lets go as soon as the window has said it
+        notices.append(notice.text)
+        if "could not be saved yet" in notice.text:
+            holder.release()
+
+    w.controller.sig_notice.connect(on_notice)
+    w.input.setPlainText("the model is fast")
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as finished:
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.controller.chat_reply is not None and bool(w.controller.chat_reply.message.tokens),
+                        timeout=REPLY_TIMEOUT_MS)
+        holder = holders("hold-write")  # from here the store's writes wait 1 s, then fail
+        gate.set()  # the reply goes on: its next batch meets the lock
+    reply = finished.args[0]
+    qtbot.waitUntil(lambda: any("saved again" in n for n in notices), timeout=REPLY_TIMEOUT_MS)
+    assert any("could not be saved yet" in n for n in notices)
+    w.close()
+    store = ChatStore()
+    conv = store.conversations()[0]
+    stored = store.messages(conv.id)[-1]
+    assert [t.text for t in stored.tokens] == [t.text for t in reply.tokens]  # no hole
+    assert [t.index for t in stored.tokens] == list(range(len(reply.tokens)))
+    assert stored.content == reply.content and stored.error == ""
+    store.close()

@@ -264,3 +264,52 @@ def test_a_drafter_file_replaced_in_place_is_judged_again(tiny, tmp_path):
     shutil.copy(tiny["drafter"], drafter)
     os.utime(drafter, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
     assert modelstore.pair_reasons(tiny["target"], drafter) == []
+
+
+def _big_model(tmp_path):
+    from tiny_models import TinySpec
+
+    return write_tiny_model(tmp_path / "big.gguf", TinySpec(name="big", n_embd=512, n_head=8, n_ff=1024, n_layer=3))
+
+
+def test_cancel_ends_an_import_and_leaves_nothing(folder, tmp_path):
+    import threading
+
+    src = _big_model(tmp_path)
+    cancel = threading.Event()
+    with pytest.raises(modelstore.CopyCancelled):
+        modelstore.import_model(src, progress=lambda done, total: cancel.set(), cancel=cancel)
+    assert modelstore.list_models() == []
+    assert not any(p.name.endswith(".tmp") for p in folder.iterdir())  # the temporary copy is gone too
+
+
+def test_a_killed_import_leaves_a_temporary_copy_that_the_next_start_removes(folder, tmp_path):
+    """A real process importing, killed with SIGKILL mid-copy; the next listing cleans up after it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src = _big_model(tmp_path)
+    code = ("import sys, time\n"
+            "from engine.models import modelstore\n"
+            "def slow(done, total):\n"
+            "    print(done, flush=True); time.sleep(30)\n"
+            "modelstore.import_model(sys.argv[1], progress=slow)\n")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, "-c", code, str(src)], cwd=root, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert p.stdout.readline().strip()  # the first chunk is copied and the copy is sleeping
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        p.kill()
+    left = [f for f in folder.iterdir() if f.name.endswith(".tmp")]
+    assert len(left) == 1 and left[0].stat().st_size > 0
+    assert modelstore.list_models() == []  # never offered
+    assert left[0].exists()  # too fresh to be an abandoned copy: another process may be writing it
+    old = time.time() - modelstore.STALE_TEMP_S - 60
+    os.utime(left[0], (old, old))
+    assert modelstore.list_models() == [] and not left[0].exists()

@@ -37,9 +37,9 @@ def import_task(src: Path, copy: bool = True) -> Task:
         def progress(done: int, total: int) -> None:
             report(src.name, done / total if total else None, rate_detail(done, total, 0))
 
-        return modelstore.import_model(src, copy=copy, progress=progress)
+        return modelstore.import_model(src, copy=copy, progress=progress, cancel=cancel)
 
-    return Task(f"import:{src}", f"Importing {src.name}", job)
+    return Task(f"import:{src}", f"Importing {src.name}", job, (modelstore.CopyCancelled,))
 
 
 class ImportedPair(tuple):
@@ -67,7 +67,9 @@ def import_many_task(sources: list[Path], copy: bool = True) -> Task:
                 report(src.name, (i + (done / total if total else 0)) / len(sources), f"file {i + 1} of {len(sources)}")
 
             try:
-                imported.append(modelstore.import_model(src, copy=copy, progress=progress).path)
+                imported.append(modelstore.import_model(src, copy=copy, progress=progress, cancel=cancel).path)
+            except modelstore.CopyCancelled:
+                raise ImportCancelled("importing was cancelled") from None
             except EngineError as exc:
                 problems.append(f"{src.name}: {exc}")
         if not imported:

@@ -221,9 +221,12 @@ class EngineWorker(QObject):
                 if session.history is not None:  # Compare: the index may hold this very reply
                     held = session.history
                     session.use_history(None)
+            # The chat template and tokenizer run before the lock: with many dropped exchanges that
+            # takes seconds, and Stop and Close (GUI thread) take this lock.
+            rendered = session.render(list(req.messages), reserve=req.settings.max_tokens)
             with self._lock:
                 self._running = req.id
-                events = session.chat(list(req.messages), req.settings)  # clears the session's stop flag
+                events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes)  # clears the stop flag
                 if req.id in self._stopped:  # stopped before it began
                     session.stop()
             for ev in events:

@@ -1,7 +1,9 @@
 """Follows one chat reply: saves each batch of rounds and tokens, then hands it to the window.
 
 Order matters for "a crash loses nothing already shown": a batch is committed to SQLite
-(one transaction) before the view is told about it.
+(one transaction) before the view is told about it. A batch that cannot be written (another
+program holds the database for a moment) stays pending and goes with the next one, so a stored
+reply never has a hole; one still unsaved when the reply ends is marked incomplete.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 
-from app.core.errors import Notice, explain
+from app.core.errors import Level, Notice, explain
 from app.history.records import Message
 from app.history.reply_stats import ReplyStats
 from app.history.store import ChatStore, StoreError
@@ -33,12 +35,26 @@ class ReplyRecorder:
         self.orphaned = False  # its conversation was deleted: stop writing
         self._on_tokens, self._on_stats, self._on_finished, self._on_notice = on_tokens, on_stats, on_finished, on_notice
         self._store_failed = False
+        self._pending_rounds: list[RoundEvent] = []
+        self._pending_tokens: list[TokenEvent] = []
+
+    def _flush_pending(self) -> bool:
+        """Write every batch not yet stored (rows are keyed: writing one twice is harmless)."""
+        rounds, tokens = self._pending_rounds, self._pending_tokens
+        if not rounds and not tokens:
+            return True
+        if self._save(lambda: self.store.append(self.message.id, rounds, tokens)):
+            self._pending_rounds, self._pending_tokens = [], []
+            return True
+        return False
 
     def on_events(self, events: Sequence[Event]) -> None:
         rounds = [e for e in events if isinstance(e, RoundEvent)]
         tokens = [e for e in events if isinstance(e, TokenEvent)]
         done = next((e for e in events if isinstance(e, DoneEvent)), None)
-        self._save(lambda: self.store.append(self.message.id, rounds, tokens))
+        self._pending_rounds += rounds
+        self._pending_tokens += tokens
+        self._flush_pending()
         for r in rounds:
             self.message.rounds[r.round] = r
             self.stats.add_round(r)
@@ -57,11 +73,15 @@ class ReplyRecorder:
     def on_finished(self) -> None:
         """After the last batch: the reply ended, or failed."""
         m = self.message
+        complete = self._flush_pending()
+        if not complete and not self.orphaned:
+            m.error = (f"incomplete in the history: {len(self._pending_tokens)} of its {len(m.tokens)} tokens "
+                       "could not be saved")
         if self.done is not None:
             m.content = self.done.text
             m.finish_reason = self.done.finish_reason
             m.stats = self.done.stats
-            self._save(lambda: self.store.finish(m.id, self.done, m.content))
+            self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error))
         elif self.error is not None and m.tokens:
             from engine.decoding.events import FinishReason
 
@@ -71,13 +91,21 @@ class ReplyRecorder:
             self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
         self._on_finished(self)
 
-    def _save(self, write: Callable[[], None]) -> None:
+    def _save(self, write: Callable[[], None]) -> bool:
+        """Whether the write went through; the first failure of a reply is said, and its recovery."""
         if self.orphaned:
-            return
+            return True
         try:
             write()
         except StoreError as exc:
             if not self._store_failed:  # say it once per reply, keep showing the reply
                 self._store_failed = True
-                self._on_notice(Notice(f"This reply is not being saved: {exc}. Free some disk space or check "
-                                       "that the data folder is writable."))
+                self._on_notice(Notice(f"Part of this reply could not be saved yet: {exc}. It is kept and saved "
+                                       "with the next part; if this goes on, free some disk space or check that "
+                                       "the data folder is writable."))
+            return False
+        if self._store_failed:
+            self._store_failed = False
+            self._on_notice(Notice("This reply is being saved again: the part that could not be written is in the "
+                                   "history now.", Level.INFO))
+        return True

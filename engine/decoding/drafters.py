@@ -66,6 +66,23 @@ class Draft:
                      self.catchup_s, self.catchup_tokens, self.confidence[:n])
 
 
+#: A drafter's long reads (the prompt, a backlog) go in blocks of this many tokens, a stop request
+#: honoured between them: one read of a long prompt took seconds on a busy CPU, Stop waiting on it.
+READ_BLOCK = 128
+
+
+def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None) -> int:
+    """Decode `tokens` into the model in blocks; returns how many were read (fewer after a stop)."""
+    done = 0
+    while done < len(tokens):
+        if stop is not None and stop.is_set():
+            break
+        block = tokens[done : done + READ_BLOCK]
+        model.decode(block, "none")
+        done += len(block)
+    return done
+
+
 class Drafter(ABC):
     """Proposes tokens; keeps whatever state it needs in step with the accepted context."""
 
@@ -73,8 +90,8 @@ class Drafter(ABC):
     #: True when proposing costs forward passes of a model (the policy prices it)
     uses_model: bool = False
 
-    def begin(self, context: Sequence[int]) -> None:
-        """A new reply starts from `context` (prompt tokens)."""
+    def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
+        """A new reply starts from `context` (prompt tokens); a set `stop` may cut a long read short."""
 
     @abstractmethod
     def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
@@ -116,16 +133,15 @@ class ModelDrafter(Drafter):
     def passes(self) -> int:
         return self.model.passes
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         # Read the prompt with the target's prefill, so drafting rounds price only drafting.
         have = self.model.sync(context[:-1])
-        if have < len(context) - 1:
-            self.model.decode(context[have:-1], "none")
+        _read(self.model, context[have:-1], stop)
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - self.model.common_prefix(context)
 
-    def _catch_up(self, context: Sequence[int], draft: Draft) -> list[int]:
+    def _catch_up(self, context: Sequence[int], draft: Draft, stop: threading.Event | None = None) -> list[int] | None:
         """Bring the cache to context[:-1] plus whatever the first draft step should read with the
         last token. A real backlog (after plain or lookup rounds) is read in one batch and timed
         apart; the usual one or two tokens (the correction or bonus, and the last draft token after
@@ -137,8 +153,10 @@ class ModelDrafter(Drafter):
             have -= 1
         if len(context) - have > CATCHUP_MIN:
             t0 = time.perf_counter()
-            m.decode(context[have:-1], "none")
-            draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, len(context) - 1 - have
+            read = _read(m, context[have:-1], stop)
+            draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, read
+            if have + read < len(context) - 1:
+                return None  # stopped while reading: no draft this round
             have = len(context) - 1
         return list(context[have:])
 
@@ -149,7 +167,9 @@ class ModelDrafter(Drafter):
         if k <= 0:
             return draft
         m = self.model
-        unread = self._catch_up(context, draft)
+        unread = self._catch_up(context, draft, stop)
+        if unread is None:
+            return draft
         t0 = time.perf_counter()
         row = m.decode(unread, "last")[0]
         for i in range(k):
@@ -204,7 +224,7 @@ class LookupDrafter(Drafter):
         # n -> {ngram: last start position of that n-gram whose continuation is known}
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.min_ngram, self.max_ngram + 1)}
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         self.reset()
         self._extend(context)
 
@@ -268,9 +288,9 @@ class CombinedDrafter(Drafter):
     def passes(self) -> int:
         return self.model.passes
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         self.lookup.begin(context)
-        self.model.begin(context)
+        self.model.begin(context, stop)
 
     def behind(self, context: Sequence[int]) -> int:
         return self.model.behind(context)

@@ -196,7 +196,7 @@ class CostModel:
     The shape was measured at another depth in the context (attention costs grow with it, the more
     the larger the block) and maybe under another load: a plain round next to a drafting one
     measures V(1)/V(n) within a second, whatever the load, and the median of the last PAIRS such
-    pairs corrects the shape's V(1)/V(n) for every n > 1."""
+    pairs corrects the shape's V(1)/V(n) for every n > 1 where the verdict prices plain decoding."""
 
     def __init__(self) -> None:
         self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, as calibrated
@@ -220,28 +220,28 @@ class CostModel:
         """Measured V(1)/V(n) over the shape's, from adjacent plain and drafting rounds (1: none yet)."""
         return statistics.median(self.pairs) if self.pairs else 1.0
 
-    def _shape(self, n: int) -> float | None:
-        shape = self.verify(n)
-        return shape if shape is None or n == 1 else shape / self.correction()
-
     def verify_cost(self, n: int) -> float | None:
-        shape = self._shape(n)
+        """V(n) now: the shape at today's speed (what Auto prices draft lengths with; the pair
+        correction, a verdict device, is left out: drafts measured against a plain round next to
+        them read cheaper than the rounds Auto chooses between, and long lookup drafts followed)."""
+        shape = self.verify(n)
         return None if shape is None else shape * (self.speed.value or 1.0)
 
     def speed_ratio(self, n: int, seconds: float) -> float | None:
         """How much slower than the shape a pass over n tokens that took `seconds` ran (None: no shape)."""
-        shape = self._shape(n)
+        shape = self.verify(n)
         return seconds / shape if shape else None
 
     def plain_price(self, n: int, seconds: float) -> float | None:
         """What one plain decoding token (V(1) and a plain round's overhead) cost at the speed of a
-        round that verified n tokens in `seconds`: the same minute's price, not the load-time one."""
+        round that verified n tokens in `seconds`: the same minute's price, not the load-time one,
+        with the shape's V(1)/V(n) as the adjacent pairs measured it at this depth."""
         if n == 1:
             return seconds + self.round_overhead(0)
         ratio, shape1 = self.speed_ratio(n, seconds), self.verify(1)
         if ratio is None or not shape1:
             return None
-        return shape1 * ratio + self.round_overhead(0)
+        return shape1 * ratio * self.correction() + self.round_overhead(0)
 
     def new_reply(self) -> None:
         """A reply starts: its first round sits at another depth than the last one's, no pair with it."""

@@ -118,7 +118,7 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
             break  # a long prompt can take a while: a stop request is honoured between batches
         target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
     if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
-        drafter.begin(prompt)
+        drafter.begin(prompt, stop)
     # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
     return list(prompt[: len(target.kv) + 1]), reused
 
@@ -279,8 +279,11 @@ def generate(
     pending: tuple[RoundOutcome, float] | None = None  # a round's costs, recorded once its events are out
     emitted = 0
     t_round = stats.clock()
+    # A seed with sampling promises the same text for the same k: control rounds fall where measured
+    # times put them, and would move the stream's draws.
+    repeatable = not params.greedy and params.seed is not None
     steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng,
-                   ControlRounds(costs) if control and policy.drafts else None)
+                   ControlRounds(costs) if control and policy.drafts and not repeatable else None)
     try:
         for r in steps:
             finish = r.finish

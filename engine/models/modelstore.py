@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -288,6 +289,7 @@ def scan(folder: Path | None = None) -> tuple[list[ModelRecord], list[tuple[Path
         p = Path(key)
         if p.is_absolute() and p.is_file():  # registered in place, outside the folder
             found.setdefault(str(p.resolve()), p)
+    remove_stale_temporaries(folder)
     records, problems = [], []
     for p in found.values():
         try:
@@ -320,8 +322,37 @@ def _free_name(folder: Path, name: str) -> Path:
     return dest
 
 
-def copy_atomically(src: Path, dest: Path, progress: Callable[[int, int], None] | None = None) -> str:
-    """Copy through a hidden temporary file and os.replace; return the copy's SHA-256."""
+class CopyCancelled(EngineError):
+    """An import's copy was cancelled; its temporary file is gone."""
+
+
+#: A hidden temporary copy untouched this long belongs to an import that died (a copy writes every
+#: few milliseconds): removed when the folder is next read.
+STALE_TEMP_S = 600
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the hidden '.NAME.xxxxxxxx.tmp' copies a killed import left (GBs each); returns them."""
+    gone = []
+    now = time.time()
+    try:
+        candidates = list(folder.glob(".*.tmp"))
+    except OSError:
+        return gone
+    for p in candidates:
+        try:
+            if p.is_file() and now - p.stat().st_mtime > STALE_TEMP_S:
+                p.unlink()
+                gone.append(p)
+        except OSError:
+            continue
+    return gone
+
+
+def copy_atomically(src: Path, dest: Path, progress: Callable[[int, int], None] | None = None,
+                    cancel: threading.Event | None = None) -> str:
+    """Copy through a hidden temporary file and os.replace; return the copy's SHA-256. A set `cancel`
+    ends it between chunks with CopyCancelled."""
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
     total = src.stat().st_size
     h = hashlib.sha256()
@@ -329,6 +360,8 @@ def copy_atomically(src: Path, dest: Path, progress: Callable[[int, int], None] 
     try:
         with open(src, "rb") as fin, open(tmp, "wb") as fout:
             while chunk := fin.read(_COPY_CHUNK):
+                if cancel is not None and cancel.is_set():
+                    raise CopyCancelled(f"importing {src.name} was cancelled")
                 fout.write(chunk)
                 h.update(chunk)
                 done += len(chunk)
@@ -345,7 +378,8 @@ def copy_atomically(src: Path, dest: Path, progress: Callable[[int, int], None] 
 
 
 def import_model(src: Path, folder: Path | None = None, copy: bool = True,
-                 progress: Callable[[int, int], None] | None = None) -> ModelRecord:
+                 progress: Callable[[int, int], None] | None = None,
+                 cancel: threading.Event | None = None) -> ModelRecord:
     """Validate a local .gguf, then copy it into the folder (atomically) or register it where it is."""
     src = Path(src).expanduser()
     verify(src)  # a bad file is refused before anything is written
@@ -366,7 +400,7 @@ def import_model(src: Path, folder: Path | None = None, copy: bool = True,
             return verify(dest, folder)
         dest = _free_name(folder, name)
     try:
-        digest = copy_atomically(src, dest, progress)
+        digest = copy_atomically(src, dest, progress, cancel)
     except OSError as exc:
         raise EngineError(f"could not copy {src.name} into {folder}: {exc.strerror or exc}") from None
     register(dest, SOURCE_IMPORTED, digest, folder=folder)
