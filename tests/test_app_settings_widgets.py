@@ -91,3 +91,41 @@ def test_an_unanswered_question_offers_retry_and_retry_answers_it(qtbot, tiny, i
     assert [m.role for m in w.controller.messages] == [Role.USER, Role.ASSISTANT]
     with pytest.raises(AssertionError):  # answered now: no Retry on it any more
         anchor_position(w.chat, href)
+
+
+def toolbar_button(w, action):
+    from PySide6.QtWidgets import QToolBar
+
+    for bar in w.findChildren(QToolBar):
+        button = bar.widgetForAction(action)
+        if button is not None:
+            return button
+    raise AssertionError(f"no toolbar button for {action.text()}")
+
+
+def test_every_bar_control_round_trips_through_the_settings_file(qtbot, tiny, isolated_home):
+    """Each control driven as a person does (a key on the focused widget, a mouse click), then the
+    settings as saved and read back: typed as the settings hold them."""
+    installed = install_tiny(tiny, isolated_home, draft_max=4, highlight=True, show_rejected=False)
+    w = open_window(qtbot)
+    qtbot.waitUntil(lambda: len(w.bar.drafter_choices()) > 2, timeout=REPLY_TIMEOUT_MS)
+
+    def saved() -> AppSettings:
+        w.controller.prefs.save()
+        return load_settings()[0]
+
+    qtbot.keyClick(w.bar.length, Qt.Key.Key_Right)  # the draft length slider: 4 -> 5
+    assert saved().draft_max == 5 and type(saved().draft_max) is int
+    qtbot.mouseClick(w.bar.auto, Qt.MouseButton.LeftButton)
+    assert saved().draft_max == "auto"
+    w.bar.drafter.setFocus()
+    index = w.bar.drafter.currentIndex()
+    qtbot.keyClick(w.bar.drafter, Qt.Key.Key_Up if index else Qt.Key.Key_Down)
+    s = saved()
+    assert s.drafter == w.bar.current_drafter() and s.drafter != str(installed["drafter"]) and s.drafter_chosen
+    for action, field in ((w.act_highlight, "highlight"), (w.act_rejected, "show_rejected")):
+        before = getattr(saved(), field)
+        qtbot.mouseClick(toolbar_button(w, action), Qt.MouseButton.LeftButton)
+        assert getattr(saved(), field) is (not before)
+    reply = send(qtbot, w)  # and sending still works after all of it
+    assert reply.tokens

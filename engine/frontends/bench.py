@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -312,7 +313,7 @@ class BusyLoop:
     def __init__(self) -> None:
         import multiprocessing
 
-        self._proc = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+        self._proc = multiprocessing.get_context("spawn").Process(target=_spin, args=(os.getpid(),), daemon=True)
         self._proc.start()
 
     def stop(self) -> None:
@@ -320,9 +321,13 @@ class BusyLoop:
         self._proc.join(5)
 
 
-def _spin() -> None:
+def _spin(parent: int) -> None:
+    """Spin until stopped, or until the benchmark that started it is gone (killed: no atexit runs)."""
+    n = 0
     while True:
-        pass
+        n += 1
+        if n % 5_000_000 == 0 and os.getppid() != parent:
+            return
 
 
 def _run_group(session, tools, p, order, max_tokens, r, histories, runs, results, busy, log, progress) -> None:
