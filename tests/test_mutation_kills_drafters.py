@@ -276,4 +276,9 @@ def test_lookup_then_model_honours_a_stop_request(drafter):
     stop = threading.Event()
     stop.set()
     d = CombinedDrafter(LookupDrafter(), drafter)
+    # Behind the context, a stopped drafter reads nothing and drafts nothing (a long read is not begun).
+    first = d.propose(CONTEXT, DraftRequest(model_k=8, lookup_k=8), GREEDY, np.random.default_rng(0), stop=stop)
+    assert first.tokens == [] and first.catchup_tokens == 0
+    # In step with it, the stop is honoured between steps: one token, not eight.
+    d.propose(CONTEXT, DraftRequest(model_k=1, lookup_k=1), GREEDY, np.random.default_rng(0))
     assert len(d.propose(CONTEXT, DraftRequest(model_k=8, lookup_k=8), GREEDY, np.random.default_rng(0), stop=stop).tokens) == 1
