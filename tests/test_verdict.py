@@ -156,3 +156,103 @@ def test_control_rounds_cost_at_most_two_percent_and_come_often_where_they_are_c
             if profile is here:  # this CPU: drafting k=4 is slower than plain, so a control costs next to nothing
                 assert on.ks.count(0) >= len(on.ks) // 14
         assert math.exp(sum(math.log(r) for r in ratios) / len(ratios)) >= 0.98, profile.name
+
+
+# -- unit tests, worked by hand ------------------------------------------------------------------------------
+from engine.decoding.verdict import (CONTROL_BUDGET, CONTROL_EVERY, CONTROL_FIRST, FIRST_CONTROLS, LOAD_CHANGE,  # noqa: E402
+                                     ControlRounds)
+
+MODEL = DraftKey(DraftKind.MODEL)
+LOOKUP = DraftKey(DraftKind.LOOKUP, 3)
+
+
+def cpu_costs() -> CostModel:
+    """V(1) 0.1 s, V(5) 0.4 s; a drafter step 0.05 s and a 2-token catch-up 0.06 s."""
+    c = CostModel()
+    c.add_verify(1, 0.1)
+    c.add_verify(5, 0.4)
+    c.draft_per_token.add(0.05)
+    c.catchup.add(2, 0.06)
+    return c
+
+
+def drafting(verify_s: float = 0.4, draft_s: float = 0.2, key: DraftKey = MODEL) -> RoundOutcome:
+    return RoundOutcome(k=4, drafted=4, accepted=3, draft_s=draft_s, verify_s=verify_s, overhead_s=0.0, key=key)
+
+
+PLAIN = RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, overhead_s=0.0)
+
+
+def test_control_rounds_come_after_four_rounds_three_times_then_after_twelve():
+    assert (CONTROL_FIRST, FIRST_CONTROLS, CONTROL_EVERY) == (4, 3, 12)
+    c = ControlRounds(cpu_costs())
+    gaps = []
+    for _ in range(5):
+        n = 0
+        while not c.due():
+            c.observe(drafting(), 4)  # 0.6 s for 4 tokens: drafting costs 0.15 s a token, plain 0.1 s
+            n += 1
+        gaps.append(n)
+        c.observe(PLAIN, 1)
+    assert gaps == [4, 4, 4, 12, 12]
+
+
+def test_no_control_round_near_the_end_of_a_reply_or_without_a_price():
+    c = ControlRounds(cpu_costs())
+    for _ in range(4):
+        c.observe(drafting(), 4)
+    assert c.due(remaining=17) and not c.due(remaining=15)  # 4 tokens a round: fewer than 4 rounds left
+    assert c.due(remaining=None)
+    bare = ControlRounds(CostModel())  # nothing measured: no price for plain decoding
+    for _ in range(20):
+        bare.observe(drafting(), 4)
+    assert not bare.due()
+
+
+def test_a_control_round_must_fit_its_budget_where_drafting_is_cheaper_per_token():
+    # A GPU-like pair: drafting makes a token cost 0.03 s, a plain token 0.1 s: a control loses 0.07 s
+    # (plus the drafter's catch-up beyond one step, 0.01 s), allowed once the time since the last plain
+    # round reaches (0.07 + 0.01) / CONTROL_BUDGET = 8 s.
+    c = ControlRounds(cpu_costs())
+    rounds = 0
+    while not c.due():
+        c.observe(drafting(verify_s=0.1, draft_s=0.05), 5)  # 0.15 s a round, 5 tokens: 0.03 s a token
+        rounds += 1
+    assert rounds == math.ceil((0.07 + 0.01) / CONTROL_BUDGET / 0.15 - 1e-9)
+    # Lookup drafts need no catch-up: the budget is reached sooner.
+    c = ControlRounds(cpu_costs())
+    lookup_rounds = 0
+    while not c.due():
+        c.observe(drafting(verify_s=0.1, draft_s=0.05, key=LOOKUP), 5)
+        lookup_rounds += 1
+    assert lookup_rounds == math.ceil(0.07 / CONTROL_BUDGET / 0.15 - 1e-9) < rounds
+
+
+def test_the_verdict_discounts_the_drafters_interference_and_only_after_model_rounds():
+    c = cpu_costs()
+    c.interference = 1.25
+    v = PlainEstimate()
+    v.add_round(c, drafting(verify_s=0.5), 4)  # V(5) 0.5 s: 1.25x the shape, so V(1) 0.125 s, less interference
+    v.add_round(c, PLAIN, 1)  # a plain round right after a model round: 0.1 s, less interference
+    v.add_round(c, PLAIN, 1)  # and one after a plain round: as measured
+    assert v.plain_s == pytest.approx(4 * 0.125 / 1.25 + 0.1 / 1.25 + 0.1)
+    assert v.plain_tokens_per_s() == pytest.approx(6 / v.plain_s)
+    assert v.speedup(6, 0.8) == pytest.approx(v.plain_s / 0.8)
+    assert v.speedup(0, 0.8) is None and v.speedup(6, 0.0) is None
+
+
+def test_certainty_thresholds():
+    c = cpu_costs()
+    v = PlainEstimate()
+    for i in range(MIN_ROUNDS - 1):
+        v.add_round(c, drafting(), 4)
+    assert v.certainty() is Certainty.FEW_ROUNDS
+    v.add_round(c, drafting(), 4)
+    assert v.certainty() is Certainty.SETTLED  # exactly MIN_ROUNDS
+    steady, moved = PlainEstimate(), PlainEstimate()
+    for est, factor in ((steady, LOAD_CHANGE * 0.99), (moved, LOAD_CHANGE * 1.01)):
+        for _ in range(4):
+            est.add_round(c, drafting(), 4)
+        for _ in range(4):
+            est.add_round(c, drafting(verify_s=0.4 * factor), 4)
+    assert steady.certainty() is Certainty.SETTLED and moved.certainty() is Certainty.LOAD_CHANGED
