@@ -73,3 +73,56 @@ def test_a_damaged_store_only_costs_a_measurement(tiny):
     finally:
         s.close()
     assert calibration.load(s._key(s.target)) is not None  # and the store works again
+
+
+# -- the store itself, worked by hand ------------------------------------------------------------------------
+import json  # noqa: E402
+import os  # noqa: E402
+
+
+def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
+    calibration.save("k1", {1: 0.1, 4: 0.3}, 0.05, 1.2)
+    assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2}
+    calibration.save("k2", {2: 0.2})
+    assert calibration.load("k2") == {"blocks": {2: 0.2}, "step": None, "interference": 1.0}
+    assert calibration.load("missing") is None
+    data = json.loads(calibration.store_path().read_text())
+    data["bad-blocks"] = {"blocks": [1, 2], "step": 0.1}
+    data["negative"] = {"blocks": {"1": -0.1}, "step": 0.1}
+    data["bad-step"] = {"blocks": {"1": 0.1}, "step": "fast"}
+    data["zero-step"] = {"blocks": {"1": 0.1}, "step": 0}
+    data["odd-interference"] = {"blocks": {"1": 0.1}, "step": 0.1, "interference": 7}
+    data["not-a-dict"] = 5
+    calibration.store_path().write_text(json.dumps(data))
+    for key in ("bad-blocks", "negative", "bad-step", "zero-step", "not-a-dict"):
+        assert calibration.load(key) is None, key
+    assert calibration.load("odd-interference")["interference"] == 1.0
+    calibration.store_path().write_text("[1, 2]")  # valid JSON, not an object
+    assert calibration.load("k1") is None
+
+
+def test_the_store_keeps_the_newest_entries():
+    for i in range(calibration.MAX_ENTRIES + 5):
+        calibration.save(f"k{i}", {1: 0.1})
+    data = json.loads(calibration.store_path().read_text())
+    assert len(data) == calibration.MAX_ENTRIES
+    assert "k0" not in data and f"k{calibration.MAX_ENTRIES + 4}" in data
+    assert [p.name for p in calibration.store_path().parent.iterdir()] == [calibration.store_path().name]  # no temp left
+
+
+def test_the_key_changes_with_the_file_and_with_what_loads_it(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(100))
+    load = {"n_threads": 2, "n_gpu_layers": -1}
+    base = calibration.key_for(f, load)
+    assert calibration.key_for(f, dict(load)) == base
+    assert calibration.key_for(f, {**load, "n_threads": 1}) != base
+    assert calibration.key_for(f, {**load, "n_gpu_layers": 0}) != base
+    st = os.stat(f)
+    f.write_bytes(b"GGUF" + bytes(99) + b"\x01")  # same size, another header
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert calibration.key_for(f, load) != base
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(f.read_bytes())
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert calibration.key_for(copy, load) != calibration.key_for(f, load)  # another path
