@@ -41,6 +41,9 @@ REAL_PAIR_MISSING = (
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
     """No test touches the real user folders."""
+    # Control rounds fall where measured times put them: the tests that look at a reply's rounds want
+    # the rounds a fixed k makes (tests/test_control_rounds.py turns them on for its own checks).
+    monkeypatch.setenv("DRAFTLIGHT_CONTROL_ROUNDS", "0")
     home = tmp_path / "home"
     monkeypatch.setenv("DRAFTLIGHT_HOME", str(home))
     monkeypatch.delenv("DRAFTLIGHT_MODELS", raising=False)
