@@ -156,12 +156,6 @@ class BlockCost:
         self.by_size.setdefault(n, Ewma()).add(seconds)
         self._points = None
 
-    def nudge(self, n: int, seconds: float, alpha: float) -> None:
-        """Move a measured size's cost a share `alpha` of the way to `seconds`."""
-        e = self.by_size[n]
-        e.value = seconds if e.value is None else e.value + alpha * (seconds - e.value)
-        self._points = None
-
     def __call__(self, n: int) -> float | None:
         if self._points is None:
             self._points = sorted((k, e.value) for k, e in self.by_size.items() if e.value is not None)

@@ -121,6 +121,7 @@ class Session:
         self.control_rounds = os.environ.get("DRAFTLIGHT_CONTROL_ROUNDS", "1") != "0"
         """Now and then a plain round where it costs next to nothing, so the verdict prices plain
         decoding in the same minute (engine.decoding.verdict.ControlRounds)."""
+        self._keys: dict[int, str] = {}  # calibration keys of the loaded models (Session._key)
         self.kept_calibration: list[str] = []
         """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
@@ -244,9 +245,8 @@ class Session:
     def _interference(self, drafter: LlamaModel, cancel: threading.Event | None = None, repeats: int = 5) -> float:
         """How much slower a target step is right after a drafter step than after a target step (the two
         models share the cores, caches and memory bandwidth): plain decoding, the baseline, never pays it."""
-        text = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
         depth = max(1, min(PROBE_DEPTH, self.target.n_ctx - 4, drafter.n_ctx - 4))
-        probe = (text * (depth // len(text) + 1))[:depth]
+        probe = self._repeated_probe(depth)
         tok = probe[-1:]
         for m in (self.target, drafter):
             m.clear()
@@ -269,13 +269,22 @@ class Session:
             drafter.clear()
         return min(3.0, max(1.0, statistics.median(after) / statistics.median(clean)))
 
-    @staticmethod
-    def _key(model: LlamaModel) -> str:
-        s = model.settings
-        return calibration.key_for(model.path, {
-            "n_threads": model.n_threads, "n_threads_batch": s.n_threads_batch, "n_gpu_layers": s.n_gpu_layers,
-            "n_batch": model.n_batch, "extra_buffers": s.extra_buffers,
-        })
+    def _repeated_probe(self, n: int) -> list[int]:
+        """n tokens of a short code text, repeated: what the calibration times."""
+        text = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
+        return (text * (n // len(text) + 1))[:n]
+
+    def _key(self, model: LlamaModel) -> str:
+        """The calibration key of a loaded model, made once: it hashes the file's first MiB, and every
+        reply writes the costs back under it."""
+        keys = self._keys
+        if id(model) not in keys:
+            s = model.settings
+            keys[id(model)] = calibration.key_for(model.path, {
+                "n_threads": model.n_threads, "n_threads_batch": s.n_threads_batch, "n_gpu_layers": s.n_gpu_layers,
+                "n_batch": model.n_batch, "extra_buffers": s.extra_buffers,
+            })
+        return keys[id(model)]
 
     def keep_calibration(self) -> None:
         """Write what the costs are now (calibration refined by real rounds, at today's speed) for the
@@ -296,9 +305,8 @@ class Session:
         """The median of `repeats` passes per block size, at a reply's depth in the context (PROBE_DEPTH
         tokens), sizes interleaved so a change of load touches them all alike; each size's first pass
         (its compute graph is allocated then) is not counted."""
-        text = self.target.tokenize("def fibonacci(n):\n    return n if n < 2 else", add_special=True)
         depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
-        probe = (text * (depth // len(text) + 1))[:depth]
+        probe = self._repeated_probe(depth)
 
         def back_to_probe() -> None:
             if model.can_trim and len(model.kv) >= len(probe):
@@ -316,7 +324,7 @@ class Session:
                     raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
-                model.decode((text * (n // len(text) + 1))[:n], "all")
+                model.decode(self._repeated_probe(n), "all")
                 if rep:  # the first round of passes only warms up
                     times[n].append(time.perf_counter() - t)
         model.clear()
