@@ -82,9 +82,9 @@ import os  # noqa: E402
 
 def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     calibration.save("k1", {1: 0.1, 4: 0.3}, 0.05, 1.2)
-    assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2}
-    calibration.save("k2", {2: 0.2})
-    assert calibration.load("k2") == {"blocks": {2: 0.2}, "step": None, "interference": 1.0}
+    assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2, "quiet": True}
+    calibration.save("k2", {2: 0.2}, quiet=False)
+    assert calibration.load("k2") == {"blocks": {2: 0.2}, "step": None, "interference": 1.0, "quiet": False}
     assert calibration.load("missing") is None
     data = json.loads(calibration.store_path().read_text())
     data["bad-blocks"] = {"blocks": [1, 2], "step": 0.1}
@@ -93,10 +93,13 @@ def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     data["zero-step"] = {"blocks": {"1": 0.1}, "step": 0}
     data["odd-interference"] = {"blocks": {"1": 0.1}, "step": 0.1, "interference": 7}
     data["not-a-dict"] = 5
+    data["no-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1}  # kept before passes were judged
+    data["odd-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1, "quiet": "yes"}
     calibration.store_path().write_text(json.dumps(data))
     for key in ("bad-blocks", "negative", "bad-step", "zero-step", "not-a-dict"):
         assert calibration.load(key) is None, key
     assert calibration.load("odd-interference")["interference"] == 1.0
+    assert calibration.load("no-quiet-flag")["quiet"] is False and calibration.load("odd-quiet-flag")["quiet"] is False
     calibration.store_path().write_text("[1, 2]")  # valid JSON, not an object
     assert calibration.load("k1") is None
 
@@ -126,3 +129,42 @@ def test_the_key_changes_with_the_file_and_with_what_loads_it(tmp_path):
     copy.write_bytes(f.read_bytes())
     os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert calibration.key_for(copy, load) != calibration.key_for(f, load)  # another path
+
+
+# -- passes that ran beside other work ------------------------------------------------------------------------
+def test_a_pass_is_judged_by_the_share_of_cpu_time_its_threads_got():
+    assert not calibration.disturbed(0.97)  # quiet, measured: 0.93-0.99
+    assert calibration.disturbed(0.66)  # a busy loop on one of two cores
+    assert not calibration.disturbed(0.85) and calibration.disturbed(0.849)
+    assert calibration.judged(0.005) and not calibration.judged(0.0049)  # tiny models: wake-ups dominate
+
+
+def test_the_median_is_of_the_undisturbed_passes_and_says_whether_there_were_enough():
+    passes = [(0.080, 0.97), (0.200, 0.60), (0.084, 0.95), (0.240, 0.62), (0.090, 0.96)]
+    assert calibration.undisturbed_median(passes, 3) == (pytest.approx(0.084), True)
+    assert calibration.undisturbed_median(passes, 4) == (pytest.approx(0.084), False)
+    assert calibration.undisturbed_median(passes[:2], 1) == (pytest.approx(0.080), True)
+    busy = [(0.200, 0.60), (0.240, 0.62), (0.260, 0.5)]
+    assert calibration.undisturbed_median(busy, 1) == (pytest.approx(0.240), False)  # all of them, not kept as quiet
+
+
+def test_a_calibration_kept_from_a_busy_machine_is_measured_again(tiny):
+    """A store entry measured beside other work (quiet: false) is not trusted: the next load times the
+    target again. An entry measured undisturbed is used as it is."""
+    first = open_session(tiny, drafter=False, n_threads=1)
+    key = first._key(first.target)
+    first.close()
+    entry = calibration.load(key)
+    assert entry["quiet"] is True  # tiny passes are too short to be judged: quiet
+    calibration.save(key, entry["blocks"], quiet=False)
+    second = open_session(tiny, drafter=False, n_threads=1)
+    try:
+        assert second.target.passes > 0 and second.kept_calibration == []
+    finally:
+        second.close()
+    assert calibration.load(key)["quiet"] is True  # measured again, undisturbed, and kept so
+    third = open_session(tiny, drafter=False, n_threads=1)
+    try:
+        assert third.target.passes == 0 and third.kept_calibration == [tiny["target"].name]
+    finally:
+        third.close()

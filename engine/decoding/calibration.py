@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from importlib import metadata
@@ -25,6 +26,33 @@ FILE_NAME = "calibration.json"
 #: Entries kept (the newest): a few pairs, thread counts and versions.
 MAX_ENTRIES = 64
 _HEADER_BYTES = 1 << 20
+#: A timed pass ran undisturbed when llama.cpp's threads got at least this share of the CPU time
+#: they could have had (LlamaModel.last_share; on a 2-core CPU: 0.93-0.99 quiet, 0.6-0.7 with a busy
+#: loop on one core, 0.5 with one on each). A busy machine does not only slow every size alike: two
+#: busy loops made V(8)/V(1) 3.3 where it is 6.5 quiet, and such a shape, kept, misprices every launch.
+QUIET_SHARE = 0.85
+#: Models whose single-token pass takes less than this are not judged: thread wake-ups and waits
+#: dominate such passes (the tests' tiny models: a 3-token pass got 0.3 of its one thread, quiet).
+JUDGED_PASS_S = 0.005
+
+
+def judged(single_pass_s: float) -> bool:
+    """Whether a model whose single-token pass takes `single_pass_s` has its passes judged."""
+    return single_pass_s >= JUDGED_PASS_S
+
+
+def disturbed(share: float) -> bool:
+    """Whether a pass whose threads got `share` of the CPU time they could have had ran beside other work."""
+    return share < QUIET_SHARE
+
+
+def undisturbed_median(passes: list[tuple[float, float]], want: int) -> tuple[float, bool]:
+    """The median seconds of the undisturbed passes among (seconds, share) ones, and whether there
+    were `want` of them; with none, the median of them all (a measurement of a busy machine)."""
+    quiet = [t for t, share in passes if not disturbed(share)]
+    if quiet:
+        return statistics.median(quiet), len(quiet) >= want
+    return statistics.median(t for t, _ in passes), False
 
 
 def _cpu_name() -> str:
@@ -51,7 +79,7 @@ def key_for(path: Path, load: dict[str, Any]) -> str:
     with path.open("rb") as fh:
         h.update(fh.read(_HEADER_BYTES))
     ident = {
-        "v": 2,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth)
+        "v": 3,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth; v3: undisturbed passes)
         "file": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header": h.hexdigest(),
         "cpu": _cpu_name(), "cores": os.cpu_count(), "machine": platform.machine(), "llama_cpp": _version(), **load,
     }
@@ -71,7 +99,8 @@ def _read() -> dict[str, Any]:
 
 
 def load(key: str) -> dict[str, Any] | None:
-    """The kept entry for `key`, if any and well formed: {'blocks': {n: seconds}, 'step': seconds | None}."""
+    """The kept entry for `key`, if any and well formed: {'blocks': {n: seconds}, 'step': seconds | None,
+    'interference': factor, 'quiet': whether it was measured undisturbed}."""
     entry = _read().get(key)
     if not isinstance(entry, dict):
         return None
@@ -86,15 +115,17 @@ def load(key: str) -> dict[str, Any] | None:
     interference = entry.get("interference", 1.0)
     if not isinstance(interference, (int, float)) or not 1.0 <= interference <= 3.0:
         interference = 1.0
-    return {"blocks": good, "step": step, "interference": float(interference)}
+    return {"blocks": good, "step": step, "interference": float(interference), "quiet": entry.get("quiet") is True}
 
 
-def save(key: str, blocks: dict[int, float], step: float | None = None, interference: float = 1.0) -> None:
+def save(key: str, blocks: dict[int, float], step: float | None = None, interference: float = 1.0,
+         quiet: bool = True) -> None:
     """Keep `blocks` (seconds per block size), a single step's cost and, for a drafter, how much
-    slower the target's next step is after one of its steps, for `key`; never raises."""
+    slower the target's next step is after one of its steps, for `key`; `quiet`: measured on a machine
+    that was not busy with other work (a busy one is measured again at the next load). Never raises."""
     data = _read()
     data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
-                 "interference": interference, "saved": time.time()}
+                 "interference": interference, "quiet": quiet, "saved": time.time()}
     if len(data) > MAX_ENTRIES:
         newest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
         for k in newest[: len(data) - MAX_ENTRIES]:

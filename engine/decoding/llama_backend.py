@@ -163,11 +163,18 @@ class LlamaModel:
         # llama.cpp may shrink the batch (never above the context): use what it actually took.
         self.n_batch = min(int(lc.llama_n_batch(self._ctx)), int(lc.llama_n_ubatch(self._ctx)), settings.n_batch)
         self.n_threads = n_threads
+        self.n_threads_batch = n_threads_batch
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.kv: list[int] = []
         self.passes = 0
         self.tokens_decoded = 0
         self.decode_s = 0.0  # seconds inside llama_decode, for the overhead accounting
+        self.last_share = 1.0
+        """Of the CPU time the last decode's threads could have had, the share they got (1: the
+        machine was ours; 0.6: a busy process took a core). llama.cpp's threads compute or spin for
+        the whole pass, so less CPU time than wall time x threads means someone else ran."""
+        self.cpu_bound = not (lc.llama_supports_gpu_offload() and settings.n_gpu_layers != 0)
+        """The passes run on the CPU: only then does `last_share` say anything about the load."""
         self._pieces: dict[int, bytes] = {}
         self._views: dict[int, tuple[int, np.ndarray]] = {}  # rows -> (buffer address, view onto it)
         self._facts: VocabFacts | None = None
@@ -250,6 +257,7 @@ class LlamaModel:
                 f"the context window is full ({self.n_ctx} tokens): {len(self.kv)} used, {len(tokens)} more needed"
             )
         n_rows = 0
+        wall = cpu = 0.0
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= len(tokens)
@@ -262,9 +270,11 @@ class LlamaModel:
                 b.seq_id[i][0] = 0
                 b.logits[i] = last_chunk and (logits == "all" or (logits == "last" and i == len(chunk) - 1))
             b.n_tokens = len(chunk)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             rc = lc.llama_decode(self._ctx, b)
-            self.decode_s += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            wall, cpu = wall + dt, cpu + time.process_time() - c0
+            self.decode_s += dt
             self.passes += 1
             if rc != 0:
                 self._recover(pos0)
@@ -275,6 +285,8 @@ class LlamaModel:
             self.tokens_decoded += len(chunk)
             if last_chunk:
                 n_rows = len(chunk) if logits == "all" else (1 if logits == "last" else 0)
+        threads = self.n_threads if len(tokens) == 1 else self.n_threads_batch
+        self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.cpu_bound else 1.0
         if n_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return self._logits(n_rows)

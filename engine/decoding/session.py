@@ -33,6 +33,10 @@ NONE = "none"
 #: they are measured, not interpolated), and the context depth they are timed at (a short chat).
 CALIBRATED_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 PROBE_DEPTH = 128
+#: Rounds of timed passes at most, in units of the repeats asked for: passes disturbed by a passing
+#: load are timed again, at most this much longer; under a steady load (a round with no undisturbed
+#: pass) measuring stops at once and says its figures are not the machine's (not kept as quiet).
+MAX_ROUNDS = 2
 #: Used when a model has no chat template of its own.
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n\n{% endfor %}"
@@ -122,6 +126,7 @@ class Session:
         """Now and then a plain round where it costs next to nothing, so the verdict prices plain
         decoding in the same minute (engine.decoding.verdict.ControlRounds)."""
         self._keys: dict[int, str] = {}  # calibration keys of the loaded models (Session._key)
+        self._quiet: dict[str, bool] = {}  # per calibration key: measured on an undisturbed machine
         self.kept_calibration: list[str] = []
         """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
@@ -204,13 +209,16 @@ class Session:
         """Time the target's pass for a few block sizes: Auto prices every draft length from
         these before the first reply, and refines them online. A measurement kept for this file
         on this machine (engine.decoding.calibration) is used instead unless `fresh`."""
-        kept = None if fresh else calibration.load(self._key(self.target))
-        if kept is not None:
+        key = self._key(self.target)
+        kept = None if fresh else calibration.load(key)
+        if kept is not None and kept["quiet"]:
             for n, dt in kept["blocks"].items():
                 self.costs.add_verify(n, dt)
             self.kept_calibration.append(self.target.path.name)
+            self._quiet[key] = True
             return
-        for n, dt in self._time_blocks(self.target, sizes, repeats, cancel):
+        points, self._quiet[key] = self._time_blocks(self.target, sizes, repeats, cancel)
+        for n, dt in points:
             self.costs.add_verify(n, dt)
         self.keep_calibration()
 
@@ -225,13 +233,15 @@ class Session:
         """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)."""
         key = self._key(model)
         kept = None if fresh else calibration.load(key)
-        if kept is not None and kept["step"]:
+        if kept is not None and kept["step"] and kept["quiet"]:
             per_token.add(kept["step"])
             for n, dt in kept["blocks"].items():
                 catchup.add(n, dt)
             self.kept_calibration.append(model.path.name)
+            self._quiet[key] = True
             return kept["interference"]
-        for n, dt in self._time_blocks(model, (1, 16, 64), repeats, cancel):
+        points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
+        for n, dt in points:
             if n == 1:
                 per_token.add(dt)
             else:
@@ -239,7 +249,7 @@ class Session:
         interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
         blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
         if per_token.value and blocks:
-            calibration.save(key, blocks, per_token.value, interference)
+            calibration.save(key, blocks, per_token.value, interference, quiet=self._quiet[key])
         return interference
 
     def _interference(self, drafter: LlamaModel, cancel: threading.Event | None = None, repeats: int = 5) -> float:
@@ -294,17 +304,22 @@ class Session:
         c = self.costs
         blocks = {n: v for n in c.verify.by_size if (v := c.verify_cost(n))}
         if blocks:
-            calibration.save(self._key(self.target), blocks)
+            key = self._key(self.target)
+            calibration.save(key, blocks, quiet=self._quiet.get(key, False))
         if self.draft_model is not None and c.draft_per_token.value:
             drafted = {n: v for n in c.catchup.by_size if (v := c.catchup(n))}
             if drafted:
-                calibration.save(self._key(self.draft_model), drafted, c.draft_per_token.value, c.interference)
+                key = self._key(self.draft_model)
+                calibration.save(key, drafted, c.draft_per_token.value, c.interference, quiet=self._quiet.get(key, False))
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
-                     cancel: threading.Event | None = None) -> list[tuple[int, float]]:
-        """The median of `repeats` passes per block size, at a reply's depth in the context (PROBE_DEPTH
-        tokens), sizes interleaved so a change of load touches them all alike; each size's first pass
-        (its compute graph is allocated then) is not counted."""
+                     cancel: threading.Event | None = None) -> tuple[list[tuple[int, float]], bool]:
+        """The median of `repeats` undisturbed passes per block size (calibration.disturbed), at a
+        reply's depth in the context (PROBE_DEPTH tokens), sizes interleaved so a change of load
+        touches them all alike; each size's first pass (its compute graph is allocated then) is not
+        counted. Passes that ran beside other work are timed again, up to MAX_ROUNDS x `repeats`
+        rounds in all, while a round still had an undisturbed pass; the flag says whether every size
+        got its undisturbed passes."""
         depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
         probe = self._repeated_probe(depth)
 
@@ -316,19 +331,37 @@ class Session:
                 model.decode(probe, "none")
 
         sizes = list(sizes) if model.can_trim else list(sizes[:1])
-        times: dict[int, list[float]] = {n: [] for n in sizes}
-        for rep in range(repeats + 1):
-            for n in sizes:
+        passes: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+        judge = model.cpu_bound  # whether shares say anything: decided on the smallest block's first passes
+        first: list[float] = []
+
+        def enough(n: int) -> bool:
+            return calibration.undisturbed_median(passes[n], repeats)[1]
+
+        todo, calm = list(sizes), True
+        for rep in range(MAX_ROUNDS * repeats + 1):
+            if rep > repeats:
+                todo = [n for n in sizes if not enough(n)]
+                if not todo or not calm:
+                    break  # done, or a round with no undisturbed pass: the load is steady, waiting won't help
+            calm = False
+            for n in todo:
                 if cancel is not None and cancel.is_set():
                     model.clear()
                     raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
                 model.decode(self._repeated_probe(n), "all")
+                seconds = time.perf_counter() - t
+                if rep <= 1 and n == sizes[0]:
+                    first.append(seconds)
+                    judge = judge and (rep == 0 or calibration.judged(min(first)))
                 if rep:  # the first round of passes only warms up
-                    times[n].append(time.perf_counter() - t)
+                    passes[n].append((seconds, model.last_share if judge else 1.0))
+                    calm = calm or not calibration.disturbed(passes[n][-1][1])
         model.clear()
-        return [(n, statistics.median(ts)) for n, ts in times.items()]
+        medians = {n: calibration.undisturbed_median(ps, repeats) for n, ps in passes.items()}
+        return [(n, m) for n, (m, _) in medians.items()], all(ok for _, ok in medians.values())
 
     # -- prompts ----------------------------------------------------------------
     def render(self, messages: Sequence[dict[str, str]], reserve: int = 0) -> RenderedPrompt:

@@ -135,13 +135,13 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
 
 def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
     """'none', 'lookup', 'history' (lookup that also drafts from an index of other conversations),
-    a GGUF path, or 'auto' (lookup first, then the model drafter if one is given); 'ITEM@K' gives
-    that variant its own draft length K (a number or 'auto')."""
+    a GGUF path, 'lookup+PATH' (lookup first, then that model), or 'auto' (lookup first, then the first
+    model drafter given); 'ITEM@K' gives that variant its own draft length K (a number or 'auto')."""
     parsed = []
     for item in items:
         name, _, k = item.partition("@")
         parsed.append((name, (k if k == "auto" else int(k)) if k else draft_max))
-    models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto", HISTORY)]
+    models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto", HISTORY) and not n.startswith("lookup+")]
     variants = []
     for name, k in parsed:
         if name == "none":
@@ -151,6 +151,9 @@ def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
             variants.append(Variant("auto", spec, "auto"))
         elif name == "lookup":
             variants.append(Variant(f"lookup k={k}", DraftSpec(lookup=True), k))
+        elif name.startswith("lookup+"):
+            spec = DraftSpec.parse(name)
+            variants.append(Variant(f"{spec.label} k={k}", spec, k))
         elif name == HISTORY:
             variants.append(Variant(f"history k={k}", DraftSpec(lookup=True), k, history=True))
         else:
