@@ -38,9 +38,17 @@ REAL_PAIR_MISSING = (
 )
 
 
+@pytest.fixture(scope="session")
+def cpu_weights_dir(tmp_path_factory) -> Path:
+    """Copies of models made for this CPU, shared by the run's tests: made once (23 s for the real
+    drafter), like a user's are, instead of once per test."""
+    return tmp_path_factory.mktemp("cpu-weights")
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
+def isolated_home(tmp_path, monkeypatch, cpu_weights_dir):
     """No test touches the real user folders."""
+    monkeypatch.setenv("DRAFTLIGHT_CPU_WEIGHTS", str(cpu_weights_dir))
     # Control rounds fall where measured times put them: the tests that look at a reply's rounds want
     # the rounds a fixed k makes (tests/test_control_rounds.py turns them on for its own checks).
     monkeypatch.setenv("DRAFTLIGHT_CONTROL_ROUNDS", "0")

@@ -87,13 +87,17 @@ def test_bench_writes_reports(tiny, tmp_path):
     table = report["summary"]["table"]
     assert set(report["summary"]["categories"]) == {"chat", "code"}
     variants = set(table["all"])
-    assert variants == {"plain", "auto", "lookup k=auto", "tiny-drafter k=2", "tiny-drafter k=auto"}
+    assert variants == {"plain", "plain (control)", "auto", "lookup k=auto", "tiny-drafter k=2", "tiny-drafter k=auto"}
     assert all(row["greedy_equal"] in (None, "4/4") for row in table["all"].values())
+    assert table["all"]["plain (control)"]["greedy_equal"] == "4/4"  # the same work twice: the same tokens
     # Auto rows compare with the best fixed k of the same drafter; fixed rows have no such column.
     assert table["all"]["tiny-drafter k=auto"]["auto_vs_best_fixed"] > 0
     assert table["all"]["tiny-drafter k=2"]["auto_vs_best_fixed"] is None
     runs = report["runs"]
-    assert len(runs) == 2 * 2 * 5
+    assert len(runs) == 2 * 2 * 6
+    for group in {(run["prompt_id"], run["repeat"]) for run in runs}:  # the control sits across the group from plain
+        order = [run["variant"] for run in runs if (run["prompt_id"], run["repeat"]) == group]
+        assert abs(order.index("plain (control)") - order.index("plain")) >= 2, order
     assert all(run["rounds"] and run["python_ms_per_token"] > 0 for run in runs)
     fixed = [run for run in runs if run["variant"] == "tiny-drafter k=2"]
     assert all(drafted <= k <= 2 for run in fixed for k, drafted, *_ in run["rounds"])  # k shrinks only at the end
@@ -125,7 +129,7 @@ def test_bench_reports_the_verdict_beside_the_measured_speedup_with_a_busy_loop(
     runs = report["runs"]
     assert [run["busy"] for run in runs if run["variant"] == "plain"] == [False, True, False, True]
     plain = {(run["prompt_id"], run["repeat"]): run for run in runs if run["variant"] == "plain"}
-    spec = [run for run in runs if run["variant"] != "plain"]
+    spec = [run for run in runs if run["variant"] not in ("plain", "plain (control)")]
     ratios = sorted(run["estimated_speedup"] / (run["tokens_per_s"] / plain[(run["prompt_id"], run["repeat"])]["tokens_per_s"])
                     for run in spec)
     row = report["summary"]["table"]["all"]["tiny-drafter k=3"]
@@ -133,5 +137,10 @@ def test_bench_reports_the_verdict_beside_the_measured_speedup_with_a_busy_loop(
     verdict = report["summary"]["verdict"]
     assert verdict["all"]["runs"] == 4 and verdict["busy loop"]["runs"] == 2 and verdict["quiet"]["runs"] == 2
     assert verdict["all"]["worst_error"] == pytest.approx(max(abs(x - 1) for x in ratios))
+    control = {(run["prompt_id"], run["repeat"]): run["tokens_per_s"] for run in runs if run["variant"] == "plain (control)"}
+    noise = sorted(abs(plain[g]["tokens_per_s"] / t - 1) for g, t in control.items())
+    assert verdict["all: plain vs plain"]["runs"] == 4 and verdict["busy loop: plain vs plain"]["runs"] == 2
+    assert verdict["all: plain vs plain"]["worst_error"] == pytest.approx(noise[-1])
+    assert verdict["all: plain vs plain"]["median_error"] == pytest.approx((noise[1] + noise[2]) / 2)
     md = (out / "report.md").read_text()
     assert "estimated / measured" in md and "A busy loop took one core" in md

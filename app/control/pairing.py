@@ -210,9 +210,12 @@ class Pairing(QObject):
         self._request_load.emit(want)
 
     def _on_load_progress(self, which: str, fraction: float) -> None:
-        names = {"target": "the target", "drafter": "the drafter", "measuring": "measuring speed"}
-        text = f"Loading {names.get(which, which)}…" if which != "measuring" else "Measuring this machine's speed…"
-        self.sig_load_state.emit(text, fraction if which != "measuring" else -1)
+        names = {"target": "the target", "drafter": "the drafter"}
+        # Stages without a fraction (-1: a busy bar): timing the models, making the drafter's CPU copy.
+        busy = {"measuring": "Measuring this machine's speed…",
+                "drafter for this CPU": "Making a faster copy of the drafter for this CPU (once, about 30 s)…"}
+        text = busy.get(which) or f"Loading {names.get(which, which)}…"
+        self.sig_load_state.emit(text, -1 if which in busy else fraction)
 
     def _on_loaded(self, info: LoadedInfo) -> None:
         self.loading = None

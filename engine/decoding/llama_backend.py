@@ -86,6 +86,9 @@ class LoadSettings:
     extra_buffers: bool | None = None
     """CPU weight repacking (AMX, AVX repack). None = on, except on CPUs with AMX, where
     ggml's AMX kernels segfault on Q4_K weights (ggml-org/llama.cpp#20824)."""
+    cpu_drafter: bool | None = None
+    """Draft with a copy of the drafter made for this CPU (engine.decoding.cpu_weights). None = where it
+    helps: an x86-64 CPU with AVX2, nothing offloaded to a GPU, a drafter of 64 MB or more."""
 
 
 class LlamaModel:
@@ -385,6 +388,35 @@ def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[li
 def system_info() -> str:
     _ensure_backend()
     return (lc.llama_print_system_info() or b"").decode("utf-8", "replace")
+
+
+def quantize(src: Path, dst: Path, types: dict[str, str], file_type: int | None = None, threads: int | None = None) -> None:
+    """llama.cpp's own quantizer: `dst` is `src` with the named tensors retyped (ggml type names, e.g.
+    'Q8_0'); every other tensor is named with the type it has, so it is copied byte for byte.
+    `file_type`: the llama_ftype the file says it is (default: what `src` says); it must be a
+    quantized one for llama.cpp to apply the types at all."""
+    from gguf import GGMLQuantizationType
+
+    _ensure_backend()
+    info = validate_gguf(src)
+    overrides = []
+    for name, _shape, ggml_type, _ in info.tensors:
+        new = types.get(name, ggml_type)
+        if new in GGMLQuantizationType.__members__:
+            overrides.append(("^" + name.replace(".", "\\.") + "$", int(GGMLQuantizationType[new])))
+    patterns = [p.encode() for p, _ in overrides]  # kept alive while llama.cpp reads them
+    table = (lc.llama_model_tensor_override * (len(overrides) + 1))()
+    for i, ((_, ggml_type), pattern) in enumerate(zip(overrides, patterns)):
+        table[i].pattern, table[i].type = pattern, ggml_type
+    table[len(overrides)].pattern = None
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = int(info.metadata.get("general.file_type", 15) if file_type is None else file_type)
+    params.allow_requantize = True
+    params.nthread = threads or default_batch_threads()
+    params.tt_overrides = ctypes.cast(table, ctypes.POINTER(lc.llama_model_tensor_override))
+    rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise EngineError(f"llama.cpp's quantizer failed on {Path(src).name}: {_last_log_error() or f'code {rc}'}")
 
 
 def supports_gpu_offload() -> bool:

@@ -24,6 +24,9 @@ from engine.decoding.history_index import DEFAULT_CAP_MB, HistoryIndex, vocab_fi
 from engine.decoding.session import DraftSpec, GenerationSettings, Session
 
 PLAIN = "plain"
+#: Plain decoding once more in every group, across the group from the first: its speedup over plain is
+#: how far two measurements of the very same work differ here (the verdict cannot be judged finer).
+CONTROL = "plain (control)"
 HISTORY = "history"
 
 
@@ -131,6 +134,9 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
     if not prompts:
         raise EngineError(f"{path} holds no prompts")
     return prompts
+
+
+CONTROL_VARIANT = Variant(CONTROL, DraftSpec(), 0)
 
 
 def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
@@ -281,7 +287,7 @@ def run_bench(
         _one_run(session, prompts[0], v, min(max_tokens, 16), -1, histories)
     results = []
     everything: list = [*order, *natives]
-    total = repeats * len(prompts) * len(everything)
+    total = repeats * len(prompts) * (len(everything) + 1)
     n = 0
     group = 0
     for r in range(repeats):
@@ -291,13 +297,14 @@ def run_bench(
             group += 1
             busy = busy_half and group % 2 == 0
             loop = BusyLoop() if busy else None
+            rotated = everything[shift:] + everything[:shift]
+            rotated.insert((rotated.index(None) + len(rotated) // 2 + 1) % (len(rotated) + 1), CONTROL_VARIANT)
             try:
-                _run_group(session, tools, p, everything[shift:] + everything[:shift], max_tokens, r, histories,
-                           runs, results, busy, log, (n, total))
+                _run_group(session, tools, p, rotated, max_tokens, r, histories, runs, results, busy, log, (n, total))
             finally:
                 if loop is not None:
                     loop.stop()
-            n += len(everything)
+            n += len(everything) + 1
             plain = runs[PLAIN]
             for res in runs.values():
                 if res.variant != PLAIN:
@@ -454,7 +461,7 @@ def _verdict_ratios(rs: Sequence[RunResult], plain: dict) -> list[float]:
     out = []
     for r in rs:
         base = plain.get((r.prompt_id, r.repeat))
-        if r.variant == PLAIN or not r.estimated_speedup or base is None or not base.tokens_per_s or not r.tokens_per_s:
+        if r.variant in (PLAIN, CONTROL) or not r.estimated_speedup or base is None or not base.tokens_per_s or not r.tokens_per_s:
             continue
         out.append(r.estimated_speedup / (r.tokens_per_s / base.tokens_per_s))
     return out
@@ -465,11 +472,16 @@ def _verdict_summary(results: Sequence[RunResult], plain: dict) -> dict:
     out = {}
     for name, keep in (("all", lambda r: True), ("quiet", lambda r: not r.busy), ("busy loop", lambda r: r.busy)):
         ratios = _verdict_ratios([r for r in results if keep(r)], plain)
-        if ratios:
-            errors = sorted(abs(x - 1.0) for x in ratios)
-            out[name] = {"runs": len(ratios), "median_error": statistics.median(errors), "worst_error": errors[-1],
-                         "within_10": sum(e <= 0.10 for e in errors) / len(errors),
-                         "within_25": sum(e <= 0.25 for e in errors) / len(errors)}
+        # The same work measured twice: plain (control) over plain, the floor of every error above.
+        noise = [base.tokens_per_s / r.tokens_per_s for r in results if keep(r) and r.variant == CONTROL
+                 and (base := plain.get((r.prompt_id, r.repeat))) is not None and r.tokens_per_s]
+        for label, xs in ((name, ratios), (f"{name}: plain vs plain", noise)):
+            if not xs:
+                continue
+            errors = sorted(abs(x - 1.0) for x in xs)
+            out[label] = {"runs": len(xs), "median_error": statistics.median(errors), "worst_error": errors[-1],
+                          "within_10": sum(e <= 0.10 for e in errors) / len(errors),
+                          "within_25": sum(e <= 0.25 for e in errors) / len(errors)}
     return out
 
 
@@ -505,7 +517,10 @@ def markdown(summary: dict, meta: dict) -> str:
             if meta.get("busy_half") else ""
         lines += ["", "The verdict: per speculative run, the engine's estimated speedup (plain decoding priced round "
                   "by round at the machine's speed in that round) over the speedup measured against plain decoding "
-                  f"of the same prompt in the same repeat.{busy}", "",
+                  f"of the same prompt in the same repeat.{busy} Rows 'plain vs plain': plain decoding ran twice in "
+                  "each group (the second, 'plain (control)', across the group from the first); their speeds over "
+                  "each other say how far two measurements of the same work differ here: the floor under the "
+                  "verdict's error.", "",
                   "| runs | n | median error | worst error | within 10% | within 25% |", "|---|---|---|---|---|---|"]
         for name, v in verdict.items():
             lines.append(f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} "

