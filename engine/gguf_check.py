@@ -18,6 +18,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from engine.errors import ModelFileError
+from engine.gguf_hparams import check_hparams
 from engine.gguf_vocab import check_vocab
 
 _SCALARS: dict[int, tuple[str, int]] = {
@@ -232,6 +233,7 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
         if "general.architecture" not in meta:
             raise ModelFileError(f"{path.name} is not a usable model: it names no architecture (general.architecture)")
         check_vocab(path.name, buf, meta, arrays)
+        check_hparams(path.name, meta)
         infos = []
         for i in range(n_tensors):
             name = cur.string(f"tensor record {i}")

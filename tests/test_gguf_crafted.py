@@ -31,6 +31,20 @@ LOAD = (
 )
 
 
+RAW_LOAD = (  # llama.cpp alone, no check of ours before it: the reference for what it aborts on
+    "import sys\n"
+    "import llama_cpp as lc\n"
+    "lc.llama_backend_init()\n"
+    "model = lc.llama_model_load_from_file(sys.argv[1].encode(), lc.llama_model_default_params())\n"
+    "sys.exit(0 if model else 3)\n"
+)
+
+
+def load_raw_in_process(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RAW_LOAD, str(path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
 def load_in_process(path: Path) -> subprocess.CompletedProcess:
     """llama.cpp opening the file, in its own process: 0 loaded, 3 refused cleanly, < 0 a signal."""
     return subprocess.run([sys.executable, "-c", LOAD, str(path)], cwd=ROOT, capture_output=True, text=True,
@@ -77,6 +91,47 @@ def test_the_cli_says_no_in_one_line_where_llama_cpp_aborted(tmp_path):
     r = subprocess.run([sys.executable, "-m", "engine", "models", "verify", str(path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "both" in r.stderr
+
+
+def _with(**extra):
+    """A vocabulary writer that also writes the given metadata (key: (kind, value))."""
+    def write(w, tokens, scores, types):
+        w.add_token_list(tokens), w.add_token_scores(scores), w.add_token_types(types)
+        for key, (kind, value) in extra.items():
+            getattr(w, f"add_{kind}")(key, value)
+    return write
+
+
+def _block_count(value: int):
+    def bend(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        at = bytes(data).index(b"llama.block_count") + len(b"llama.block_count") + 4  # then the value type: u32
+        data[at:at + 4] = struct.pack("<I", value)
+        path.write_bytes(bytes(data))
+    return bend
+
+
+#: Hyperparameters llama.cpp's loader asserts on (llama-model.cpp, load_hparams): it aborts.
+HPARAM_FAULTS = {
+    # the header fuzz test's find: one byte, 1 -> 513 layers (seed 322352956478829221363537802213624812782)
+    "513 layers": (None, _block_count(513), "block_count is 513"),
+    "no layers": (None, _block_count(0), "block_count is 0"),
+    "an unknown rope scaling": (_with(**{"llama.rope.scaling.type": ("string", "sideways")}), None, "rope.scaling.type"),
+    "more experts used than there are": (_with(**{"llama.expert_count": ("uint32", 0),
+                                                  "llama.expert_used_count": ("uint32", 2)}), None, "expert_used_count"),
+}
+
+
+@pytest.mark.parametrize("fault", list(HPARAM_FAULTS))
+def test_hyperparameters_llama_cpp_aborts_on_are_refused_by_verify(tmp_path, fault):
+    writer, bend, reason = HPARAM_FAULTS[fault]
+    path = write_with(tmp_path / "h.gguf", writer)
+    if bend:
+        bend(path)
+    loaded = load_raw_in_process(path)
+    assert loaded.returncode < 0, (loaded.returncode, loaded.stderr[-300:])  # the reference: llama.cpp aborts
+    with pytest.raises(ModelFileError, match=reason):
+        validate_gguf(path)
 
 
 @pytest.fixture(scope="module")
