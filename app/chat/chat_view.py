@@ -23,9 +23,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette, QTextBlockFormat,
-                           QTextCharFormat, QTextCursor)
-from PySide6.QtWidgets import QMessageBox, QTextBrowser, QToolTip, QWidget
+from PySide6.QtGui import (QContextMenuEvent, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette,
+                           QTextBlockFormat, QTextCharFormat, QTextCursor)
+from PySide6.QtWidgets import QMenu, QMessageBox, QTextBrowser, QToolTip, QWidget
 
 from engine.decoding.events import TokenEvent
 
@@ -126,7 +126,8 @@ class ChatView(QTextBrowser):
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction
                                      | Qt.TextInteractionFlag.TextSelectableByKeyboard)
         self.setAccessibleName("Conversation")
-        self.setAccessibleDescription("Messages and replies; Ctrl+Up and Ctrl+Down move between messages")
+        self.setAccessibleDescription("Messages and replies; Ctrl+Up and Ctrl+Down move between messages, Tab to "
+                                      "a message's links, the menu key or Shift+F10 lists its actions")
         doc = self.document()
         doc.setDocumentMargin(14)
         doc.setIndentWidth(INDENT)
@@ -144,6 +145,8 @@ class ChatView(QTextBrowser):
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
         self._next_live = 0.0
         self._pending_timer = QTimer(self, singleShot=True, interval=0, timeout=self._render_pending)
+        self.actions_menu: QMenu | None = None
+        """The last menu of a message's actions (open while it is shown)."""
 
     # -- whole document --------------------------------------------------------------------------
     def set_options(self, options: ViewOptions) -> None:
@@ -271,7 +274,9 @@ class ChatView(QTextBrowser):
     def _writer(self, cur: QTextCursor, shown: ShownMessage, ends: Sequence[int]) -> ReplyWriter:
         m = shown.message
         assert self._formats is not None
-        rejected = self.options.show_rejected  # only they need the rounds (a stored reply reads them when asked)
+        # Rejected drafts only with highlighting: with it off a reply reads as plain text, and a struck-through
+        # draft would be the one mark left. Only they need the rounds (a stored reply reads them when asked).
+        rejected = self.options.show_rejected and self.options.highlight
         return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends,
                            m.rounds if rejected else None, rejected, m.id, self.options.actions)
 
@@ -472,7 +477,13 @@ class ChatView(QTextBrowser):
     def viewportEvent(self, e: QEvent) -> bool:
         if e.type() == QEvent.Type.ToolTip:
             hit = self._doc_position(QPointF(e.pos()))
-            tip = self.story_at(hit) if hit >= 0 else None
+            if hit < 0:
+                # Off the text (the blank page under the last message): no tooltip. Qt's own would
+                # be the nearest character's, the last message's "Delete" link.
+                QToolTip.hideText()
+                e.ignore()
+                return True
+            tip = self.story_at(hit)
             if tip:
                 QToolTip.showText(e.globalPos(), tip, self)
                 return True
@@ -518,6 +529,72 @@ class ChatView(QTextBrowser):
         if 0 <= index < len(codes):
             QGuiApplication.clipboard().setText(codes[index])
             self.copied.emit("code")
+
+    # -- a message's actions as a menu -------------------------------------------------------------------------
+    def message_links(self, message_id: int) -> list[tuple[str, str, str]]:
+        """The app links a shown message offers, in document order: (words, href, tooltip). Read from the
+        document, so a menu lists exactly the links the message shows."""
+        s = self._by_id.get(message_id)
+        if s is None:
+            return []
+        k = self._shown.index(s)
+        doc = self.document()
+        end = self._shown[k + 1].start if k + 1 < len(self._shown) else doc.characterCount()
+        out: list[tuple[str, str, str]] = []
+        codes = 0
+        block = doc.findBlock(s.start)
+        while block.isValid() and block.position() < end:
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                fmt = frag.charFormat()
+                link = app_links.parse(fmt.anchorHref()) if fmt.isAnchor() else None
+                if link is not None and s.start <= frag.position() < end:
+                    href = fmt.anchorHref()
+                    if out and out[-1][1] == href:  # one link split over two formats
+                        out[-1] = (out[-1][0] + frag.text(), href, out[-1][2])
+                    else:
+                        words = frag.text()
+                        if link[0] is LinkKind.COPY_CODE:
+                            codes += 1
+                            words = f"Copy code block {codes}"
+                        elif words in ("‹", "›"):
+                            words = fmt.toolTip() or words
+                        out.append((words, href, fmt.toolTip()))
+                it += 1
+            block = block.next()
+        return out
+
+    def show_actions_menu(self, at: QPoint | None = None) -> QMenu | None:
+        """A menu of the actions of the message at the text cursor (or at `at`, a viewport point), shown
+        there; also Copy and Select all. None when no message is shown."""
+        if at is not None:
+            position = self.cursorForPosition(at).position()
+        else:
+            position = self.textCursor().position()
+            at = self.cursorRect().bottomLeft()
+        m = self.message_at(position) or (self._shown[-1].message if self._shown else None)
+        if m is None:
+            return None
+        menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.setAccessibleName("Message actions")
+        menu.setToolTipsVisible(True)
+        for words, href, tip in self.message_links(m.id):
+            act = menu.addAction(words)
+            act.setToolTip(tip)
+            act.triggered.connect(lambda _checked=False, h=href: self._on_anchor(QUrl(h)))
+        menu.addSeparator()
+        copy = menu.addAction("Copy selected text", self.copy)
+        copy.setEnabled(self.textCursor().hasSelection())
+        menu.addAction("Select all", self.selectAll)
+        self.actions_menu = menu
+        menu.popup(self.viewport().mapToGlobal(at))
+        return menu
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
+        keyboard = e.reason() == QContextMenuEvent.Reason.Keyboard
+        self.show_actions_menu(None if keyboard else e.pos())
 
     # -- keyboard ----------------------------------------------------------------------------------------------
     def keyPressEvent(self, e: QKeyEvent) -> None:
