@@ -94,6 +94,10 @@ class MainWindow(QMainWindow):
 
         self.commands = WindowCommands(self)
         c = self.commands
+        # The names the toolbar's actions had before the menu bar (tests and scripts use them).
+        self.act_new, self.act_models, self.act_compare = c.new, c.models, c.compare
+        self.act_export_md, self.act_export_trace, self.act_highlight, self.act_rejected = (
+            c.export_md, c.export_trace, c.highlight, c.rejected)
         self.toolbar, self.toolbar_strip = overflow_toolbar("Toolbar", "main_toolbar", [
             c.models, c.compare, None, c.export_md, c.export_trace, None, c.highlight, c.rejected, c.details])
         self.addToolBar(self.toolbar)

@@ -115,4 +115,6 @@ def overflow_toolbar(title: str, name: str, actions: list[QAction | None]) -> tu
     bar.setFloatable(False)
     strip = ActionStrip(actions)
     bar.addWidget(strip)
+    if (qt_more := bar.findChild(QToolButton, "qt_toolbar_ext_button")) is not None:
+        qt_more.setAccessibleName("More toolbar actions")  # Qt's own, shown only if even "More" cannot fit
     return bar, strip

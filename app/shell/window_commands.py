@@ -6,8 +6,6 @@ tooltip names it, and Help ▸ Keyboard shortcuts lists them all from these same
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
@@ -26,9 +24,6 @@ from PySide6.QtWidgets import (
 from app.core.commands import StandardKey, command, describe, key_sequences
 from app.core.settings import AUTO, AppSettings
 from app.core.theme import Theme
-
-if TYPE_CHECKING:  # the window imports this module; only its type is needed here
-    from app.window import MainWindow
 
 
 def keys(*sequences: str) -> list[QKeySequence]:
@@ -155,7 +150,8 @@ class WindowCommands(QObject):
         self.menu_bar = bar
 
     # -- what each does ---------------------------------------------------------------------------
-    def connect_to(self, w: "MainWindow") -> None:
+    def connect_to(self, w) -> None:
+        """`w`: the MainWindow (app.window, a layer above: not imported here)."""
         c, pane, bar = w.controller, w.chat_pane, w.bar
         self.window = w
         self.new.triggered.connect(w.new_chat)
