@@ -355,7 +355,7 @@ class ChatView(QTextBrowser):
         cur = QTextCursor(self.document())
         cur.beginEditBlock()
         if lv is not None and lv.shown.message is m:
-            w = self._render_live(cur)  # its writer: it knows whether the cursor stands in an empty block
+            w = self._render_live(cur, final=True)  # its writer: it knows whether the cursor stands in an empty block
             self._live = None
             if w is None:
                 cur.movePosition(QTextCursor.MoveOperation.End)
@@ -374,7 +374,7 @@ class ChatView(QTextBrowser):
         if at_end:
             self._scroll_to_end()
 
-    def _render_live(self, cur: QTextCursor | None = None) -> ReplyWriter | None:
+    def _render_live(self, cur: QTextCursor | None = None, final: bool = False) -> ReplyWriter | None:
         lv = self._live
         if lv is None:
             return None
@@ -393,7 +393,7 @@ class ChatView(QTextBrowser):
         w = self._writer(cur, lv.shown, lv.ends)
         w.fresh = lv.cut_fresh
         w.skip_rejections_before(next((i for i in reversed(prov.index) if i >= 0), -1) + 1)
-        lv.render(w)
+        lv.render(w, final)
         w.flush()
         if own:
             cur.endEditBlock()

@@ -96,12 +96,13 @@ def human_params(n: int) -> str:
 
 
 def human_bytes(n: float | None) -> str:
+    """Decimal units, as the hub and the engine's memory estimates give them ('1.6 GB' = 1.6e9 bytes)."""
     if n is None:
         return "?"
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
+        if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1024
+        n /= 1000
     return f"{n:.1f} TB"
 
 
