@@ -248,7 +248,11 @@ class MainWindow(QMainWindow):
         self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None)
 
     def focus_input(self) -> None:
-        """Give the message box the keyboard (where it is shown: the first-run panel may stand in for the chat)."""
+        """Give the message box the keyboard (where it is shown: the first-run panel may stand in for the chat).
+        Called after a command, a closed dialog included: the window takes the keyboard back too (a window
+        manager does not always give it back)."""
+        if self.isVisible() and not self.isActiveWindow() and QApplication.activeModalWidget() is None:
+            self.activateWindow()
         if self.input.isVisibleTo(self) and self.chat_pane.isVisibleTo(self):
             self.input.setFocus(Qt.FocusReason.OtherFocusReason)
         elif self.first_run.isVisibleTo(self):

@@ -94,6 +94,19 @@ def message_source(m: Message) -> tuple[str, list[int]]:
     return "".join(texts), ends
 
 
+def _with_mnemonic(words: str, taken: set[str]) -> str:
+    """`words` with '&' before the first letter not yet `taken` (a word's first letter preferred): a menu's item
+    then answers to that key."""
+    words = words.replace("&", "&&")
+    starts = [i for i, ch in enumerate(words) if ch.isalpha() and (i == 0 or not words[i - 1].isalnum())]
+    for i in starts + list(range(len(words))):
+        ch = words[i].lower()
+        if words[i].isalnum() and ch not in taken:
+            taken.add(ch)
+            return words[:i] + "&" + words[i:]
+    return words
+
+
 def _out_of_the_collectors_sight() -> None:
     """Called after each slice of drawing older messages: what was made for them lives as long as the chat is shown.
 
@@ -580,8 +593,9 @@ class ChatView(QTextBrowser):
         menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         menu.setAccessibleName("Message actions")
         menu.setToolTipsVisible(True)
+        taken: set[str] = set()
         for words, href, tip in self.message_links(m.id):
-            act = menu.addAction(words)
+            act = menu.addAction(_with_mnemonic(words, taken))
             act.setToolTip(tip)
             act.triggered.connect(lambda _checked=False, h=href: self._on_anchor(QUrl(h)))
         menu.addSeparator()
@@ -618,12 +632,18 @@ class ChatView(QTextBrowser):
         if not 0 <= target < len(self._shown):
             return None
         s = self._shown[target]
-        self._scroll_to_position(s.start)
+        self._scroll_to_position(s.start, select_word=True)
         return s.message
 
-    def _scroll_to_position(self, position: int) -> None:
+    def _scroll_to_position(self, position: int, select_word: bool = False) -> None:
+        """`select_word`: select the word there (a message header's first), the cursor at its start: it shows
+        where the keyboard is, and Tab then moves to the next link after it (from no selection, Qt's Tab
+        starts at the top of the document)."""
         cur = QTextCursor(self.document())
         cur.setPosition(position)
+        if select_word:
+            cur.movePosition(QTextCursor.MoveOperation.EndOfWord)
+            cur.setPosition(position, QTextCursor.MoveMode.KeepAnchor)
         self.setTextCursor(cur)
         self.ensureCursorVisible()
         sb = self.verticalScrollBar()

@@ -48,7 +48,7 @@ class ModelBar(QWidget):
         self.drafter.setObjectName("drafter_picker")
         for combo in (self.target, self.drafter):
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(12)
+            combo.setMinimumContentsLength(10)
         self.length = QSlider(Qt.Orientation.Horizontal)
         self.length.setObjectName("draft_length")
         self.length.setRange(1, 16)

@@ -295,6 +295,7 @@ class WindowCommands(QObject):
         self.shortcuts_dialog = dlg
         dlg.exec()
         self.shortcuts_dialog = None
+        self.window.focus_input()
 
     def _about(self) -> None:
         from importlib.metadata import PackageNotFoundError, version
