@@ -491,10 +491,10 @@ class ChatView(QTextBrowser):
         if e.type() == QEvent.Type.ToolTip:
             hit = self._doc_position(QPointF(e.pos()))
             if hit < 0:
-                # Off the text (the blank page under the last message): no tooltip. Qt's own would
-                # be the nearest character's, the last message's "Delete" link.
+                # Off the text (the blank page under the last message): no tooltip. Qt's own would be the
+                # nearest character's, the last message's "Delete" link; an ignored event goes on to it.
                 QToolTip.hideText()
-                e.ignore()
+                e.accept()
                 return True
             tip = self.story_at(hit)
             if tip:

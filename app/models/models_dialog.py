@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.background import run_in_background
+from app.core.window_fit import resize_within
 from app.models.catalog_tab import CatalogTab
 from app.control.controller import ChatController
 from app.models.hardware_tab import HardwareTab
@@ -178,7 +179,6 @@ class ModelsDialog(QDialog):
     def __init__(self, controller: ChatController, parent: QWidget | None = None, tab: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(900, 640)
         lay = QVBoxLayout(self)
         self.tabs = QTabWidget()
         self.tabs.setAccessibleName("Model sections")
@@ -193,6 +193,7 @@ class ModelsDialog(QDialog):
         buttons.button(QDialogButtonBox.StandardButton.Close).setAccessibleName("Close")
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        resize_within(self, 900, 640)
         if tab == "catalog" or (not controller.models and not tab):
             self.tabs.setCurrentWidget(self.catalog)
         elif tab == "hardware":
