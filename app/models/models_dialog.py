@@ -28,7 +28,7 @@ from app.core.window_fit import resize_within
 from app.models.catalog_tab import CatalogTab
 from app.control.controller import ChatController
 from app.models.hardware_tab import HardwareTab
-from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params
+from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params, shown_name
 from app.models.task_row import TaskRow
 
 
@@ -101,7 +101,7 @@ class InstalledTab(QWidget):
         self.models = list(models)
         self.table.setRowCount(len(models))
         for i, m in enumerate(models):
-            for j, text in enumerate((m.name, human_params(m.n_params), m.quantization, m.architecture,
+            for j, text in enumerate((shown_name(m.name), human_params(m.n_params), m.quantization, m.architecture,
                                       human_bytes(m.size_bytes))):
                 item = QTableWidgetItem(text)
                 item.setToolTip(str(m.path))

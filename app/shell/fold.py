@@ -9,6 +9,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
+    QSizePolicy,
     QSplitter,
     QStyle,
     QStyleOptionToolButton,
@@ -27,9 +28,12 @@ DEFAULT_WIDTH = 300
 class VerticalTab(QAbstractButton):
     """A button as tall as the pane, its text written bottom to top."""
 
+    ARROW = "◂"
+    """Drawn upright above the text: the pane opens to the left."""
+
     def sizeHint(self) -> QSize:
         fm = self.fontMetrics()
-        return QSize(fm.height() + 10, fm.horizontalAdvance(self.text()) + 24)
+        return QSize(fm.height() + 10, fm.horizontalAdvance(self.text()) + 2 * fm.height() + 24)
 
     def minimumSizeHint(self) -> QSize:
         return QSize(self.sizeHint().width(), 40)
@@ -43,8 +47,10 @@ class VerticalTab(QAbstractButton):
             opt.state |= QStyle.StateFlag.State_Sunken
         if self.underMouse() or self.isDown():
             p.drawPrimitive(QStyle.PrimitiveElement.PE_PanelButtonTool, opt)
-        p.rotate(-90)
-        p.drawText(-self.height() + 12, 0, self.height() - 24, self.width(),
+        line = self.fontMetrics().height()
+        p.drawText(0, 8, self.width(), line, int(Qt.AlignmentFlag.AlignCenter), self.ARROW)
+        p.rotate(-90)  # the name reads bottom to top, under the arrow
+        p.drawText(-self.height() + 12, 0, self.height() - 2 * line - 12, self.width(),
                    int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), self.text())
 
 
@@ -63,11 +69,12 @@ class FoldingPane(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(content, 1)
         self.strip = VerticalTab(self)
-        self.strip.setText(f"◂  {name}")
+        self.strip.setText(name)
         self.strip.setObjectName("fold_strip")
         self.strip.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the View menu's command is the keyboard's way
         self.strip.setAccessibleName(f"Show the {name.lower()}")
         self.strip.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.strip.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)  # the pane's whole height
         lay.addWidget(self.strip, 1)
         self.strip.hide()
         self.fold_button = QToolButton(self)  # over the content's top right corner

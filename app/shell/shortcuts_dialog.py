@@ -20,7 +20,8 @@ LOCAL_KEYS = (
 
 
 def _keys(action) -> str:
-    return ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
+    """The action's main keys, as its menu shows them (the platform may add others: a keyboard's Copy key)."""
+    return action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
 
 
 class ShortcutsDialog(QDialog):

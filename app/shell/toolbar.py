@@ -6,9 +6,9 @@ and every command is in the menu bar too.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QAction, QResizeEvent
-from PySide6.QtWidgets import QFrame, QMenu, QSizePolicy, QToolBar, QToolButton, QWidget
+from PySide6.QtCore import QPoint, QSize, Qt
+from PySide6.QtGui import QAction, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import QMenu, QSizePolicy, QStyle, QStyleOption, QToolBar, QToolButton, QWidget
 
 from app.core.commands import plain_text
 
@@ -16,6 +16,17 @@ GAP = 2
 """Pixels between two buttons."""
 SEPARATOR = 9
 """Width of a separator (a thin line with room on both sides)."""
+
+
+class Separator(QWidget):
+    """A toolbar's separator, drawn by the style as a toolbar draws its own (it follows the theme)."""
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        opt = QStyleOption()
+        opt.initFrom(self)
+        opt.state |= QStyle.StateFlag.State_Horizontal
+        painter = QPainter(self)
+        self.style().drawPrimitive(QStyle.PrimitiveElement.PE_IndicatorToolBarSeparator, opt, painter, self)
 
 
 class ActionStrip(QWidget):
@@ -28,10 +39,7 @@ class ActionStrip(QWidget):
         self.items: list[tuple[QAction | None, QWidget]] = []
         for action in actions:
             if action is None:
-                line = QFrame(self)
-                line.setFrameShape(QFrame.Shape.VLine)
-                line.setFrameShadow(QFrame.Shadow.Sunken)
-                self.items.append((None, line))
+                self.items.append((None, Separator(self)))
                 continue
             button = QToolButton(self)
             button.setDefaultAction(action)
@@ -46,19 +54,24 @@ class ActionStrip(QWidget):
         self.more.setObjectName("toolbar_more")
         self.more.setToolTip("The toolbar's other commands (all of them are in the menu bar too)")
         self.more.setAccessibleName("More toolbar actions")
-        self.more.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.more.setAutoRaise(True)
         self.more.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.more.setMenu(self.more_menu)
+        # The menu opens on a click rather than as the button's own menu, whose extra arrow the ▾ already says.
+        self.more.clicked.connect(self._open_more)
         self.more.hide()
         self.overflow: list[QAction] = []
         """The actions now in the More menu, in order."""
+
+    def _open_more(self) -> None:
+        """Under the More button, its right edge at the button's (it sits at the window's right edge)."""
+        at = self.more.mapToGlobal(self.more.rect().bottomRight())
+        self.more_menu.exec(QPoint(at.x() - self.more_menu.sizeHint().width() + 1, at.y() + 1))
 
     def button_for(self, action: QAction) -> QToolButton | None:
         return next((w for a, w in self.items if a is action), None)
 
     def _width(self, widget: QWidget) -> int:
-        return SEPARATOR if isinstance(widget, QFrame) else widget.sizeHint().width()
+        return SEPARATOR if isinstance(widget, Separator) else widget.sizeHint().width()
 
     def _height(self) -> int:
         return max([w.sizeHint().height() for a, w in self.items if a is not None] + [self.more.sizeHint().height()])
