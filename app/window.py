@@ -45,7 +45,7 @@ from app.history.records import Role
 from app.shell.fold import FoldingPane
 from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
-from app.core.theme import apply_theme, colours_for
+from app.core.theme import Theme, apply_theme, colours_for
 from app.shell.window_commands import WindowCommands
 
 
@@ -237,8 +237,6 @@ class MainWindow(QMainWindow):
 
     def _system_scheme_changed(self, _scheme=None) -> None:
         """The OS switched between light and dark: the System theme follows at once."""
-        from app.core.theme import Theme
-
         if self.controller.settings.theme == Theme.SYSTEM:
             self._theme = None
             self._apply_settings(self.controller.settings)

@@ -12,7 +12,7 @@ import dataclasses  # noqa: E402
 import re  # noqa: E402
 
 from PySide6.QtCore import QEvent, QPoint, Qt  # noqa: E402
-from PySide6.QtGui import QColor, QHelpEvent, QTextCursor  # noqa: E402
+from PySide6.QtGui import QHelpEvent, QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionButton, QToolTip  # noqa: E402
 from test_app_access import contrast  # noqa: E402
 from test_app_chat_view import make_view, tokens_of, user  # noqa: E402
