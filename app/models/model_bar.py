@@ -167,6 +167,7 @@ class ModelBar(QWidget):
                                  "Drafts by copying what followed the same words earlier in the conversation: "
                                  "no second model, good for edits of given text", Qt.ItemDataRole.ToolTipRole)
         self.drafter.addItem("none (plain decoding)", DRAFT_NONE)
+        self.drafter.setItemData(self.drafter.count() - 1, "none (plain)", SHORT_ROLE)  # fits a narrow picker
         i = self.drafter.findData(current)
         self.drafter.setCurrentIndex(i if i >= 0 else self.drafter.findData(DRAFT_LOOKUP))
         self.drafter.blockSignals(False)
