@@ -1,9 +1,12 @@
-"""A bar above the chat for errors and notices: what happened, what to do, and a button to do it."""
+"""A bar over the top of the chat for errors and notices: what happened, what to do, and a button to do it.
+
+It floats over the chat rather than taking a row of the layout: a notice coming or going once pushed the
+chat, the legend and the input down and back up (the layout jumped)."""
 from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.core.errors import Action, Level, Notice
@@ -41,13 +44,35 @@ class NoticeBar(QFrame):
         self.close_button.clicked.connect(self.hide)
         self.action_button.clicked.connect(self._act)
         self.notice: Notice | None = None
+        self._under: list[QWidget] = []
         self.hide()
+
+    def float_over(self, widgets: list[QWidget]) -> None:
+        """Float over the top edge of whichever of `widgets` is shown (siblings in this bar's parent)."""
+        self._under = list(widgets)
+        for w in widgets:
+            w.installEventFilter(self)
+        self._place()
+
+    def eventFilter(self, obj: QObject, e: QEvent) -> bool:
+        if e.type() in (QEvent.Type.Resize, QEvent.Type.Move, QEvent.Type.Show):
+            self._place()
+        return super().eventFilter(obj, e)
+
+    def _place(self) -> None:
+        under = next((w for w in self._under if w.isVisible()), None)
+        if under is None:
+            return
+        g = under.geometry()
+        height = self.heightForWidth(g.width()) if self.hasHeightForWidth() else self.sizeHint().height()
+        self.setGeometry(g.x(), g.y(), g.width(), max(height, self.minimumSizeHint().height()))
+        self.raise_()
 
     def show_notice(self, notice: Notice) -> None:
         self.notice = notice
         colour = _LEVEL_COLOURS[notice.level]
         self.setStyleSheet(f"#notice_bar {{ border: 1px solid {colour}; border-left: 6px solid {colour}; "
-                           "border-radius: 3px; }")
+                           "border-radius: 3px; background-color: palette(window); }")
         self.label.setText(f"<b>{_LEVEL_WORDS[notice.level]}:</b> {html.escape(notice.text)}")
         label = _ACTION_LABELS.get(notice.action)
         self.action_button.setVisible(label is not None)
@@ -55,6 +80,7 @@ class NoticeBar(QFrame):
             self.action_button.setText(label)
             self.action_button.setAccessibleName(label)
         self.show()
+        self._place()
 
     def text(self) -> str:
         return self.notice.text if self.notice and self.isVisible() else ""

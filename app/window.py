@@ -1,14 +1,19 @@
-"""The main window: conversation list | model bar, chat, legend, input | stats panel."""
+"""The main window: menu bar and toolbar | conversation list | model bar, chat, legend, input | stats pane.
+
+Every command is one QAction (app.shell.window_commands makes them): the menu bar, the toolbar, the tooltip and
+the shortcut all show the same object, so they never disagree. The keyboard reaches everything: the input
+has the focus at start and after each command that finishes something, F6 moves between the panes, Ctrl+Up
+and Ctrl+Down between messages, Tab to a message's links and Shift+F10 (or the menu key) to its actions.
+"""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSize, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QIcon, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
-    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -17,8 +22,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSplitter,
-    QToolBar,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -39,8 +42,11 @@ from app.chat.legend import Legend
 from app.models.model_bar import ModelBar
 from app.notice_bar import NoticeBar
 from app.history.records import Role
+from app.shell.fold import FoldingPane
+from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
+from app.shell.window_commands import WindowCommands
 
 
 def icon_path() -> Path:
@@ -65,37 +71,7 @@ class MainWindow(QMainWindow):
 
     # -- layout --------------------------------------------------------------------------
     def _build(self) -> None:
-        tb = QToolBar("Main")
-        tb.setObjectName("main_toolbar")
-        tb.setMovable(False)
-        tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        self.addToolBar(tb)
-        self.act_new = QAction("New chat", self, shortcut=QKeySequence.StandardKey.New)
-        self.act_models = QAction("Models…", self)
-        self.act_compare = QAction("Compare with plain decoding", self)
-        self.act_compare.setToolTip("Run the last prompt again without a drafter and show both replies side by side")
-        self.act_export_md = QAction("Export Markdown…", self)
-        self.act_export_trace = QAction("Export trace (JSONL)…", self)
-        self.act_highlight = QAction("Highlight tokens", self, checkable=True)
-        self.act_rejected = QAction("Show rejected drafts", self, checkable=True)
-        self.act_rejected.setToolTip("Show what the drafter proposed, struck through, before each correction")
         self.chat_pane = ChatPane()  # the chat view, its find bar (Ctrl+F) and token details panel
-        self.addAction(self.act_new)  # Ctrl+N; the button sits above the chat list
-        for a in (self.act_models, self.act_compare):
-            tb.addAction(a)
-        tb.addSeparator()
-        for a in (self.act_export_md, self.act_export_trace):
-            tb.addAction(a)
-        tb.addSeparator()
-        for a in (self.act_highlight, self.act_rejected, self.chat_pane.act_details):
-            tb.addAction(a)
-        tb.addSeparator()
-        tb.addWidget(QLabel(" Theme "))
-        self.theme = QComboBox()
-        for t in Theme:
-            self.theme.addItem(t.value.capitalize(), t)
-        tb.addWidget(self.theme)
-
         self.conversations = ConversationList()
         self.bar = ModelBar()
         self.notice = NoticeBar()
@@ -111,14 +87,26 @@ class MainWindow(QMainWindow):
         self.stop_button.setObjectName("stop")
         self.stop_button.setEnabled(False)
         self.stats = StatsPanel()
+        self.stats_pane = FoldingPane(self.stats, "Statistics")
+        self.stats_pane.setObjectName("stats_pane")
         self.first_run = FirstRunPanel(self.controller)
         self.first_run.hide()
+
+        self.commands = WindowCommands(self)
+        c = self.commands
+        # The names the toolbar's actions had before the menu bar (tests and scripts use them).
+        self.act_new, self.act_models, self.act_compare = c.new, c.models, c.compare
+        self.act_export_md, self.act_export_trace, self.act_highlight, self.act_rejected = (
+            c.export_md, c.export_trace, c.highlight, c.rejected)
+        self.toolbar, self.toolbar_strip = overflow_toolbar("Toolbar", "main_toolbar", [
+            c.models, c.compare, None, c.export_md, c.export_trace, None, c.highlight, c.rejected, c.details])
+        self.addToolBar(self.toolbar)
+        c.fill_menu_bar(self.menuBar(), self.toolbar)
 
         centre = QWidget()
         cl = QVBoxLayout(centre)
         cl.setContentsMargins(6, 0, 6, 0)
         cl.addWidget(self.bar)
-        cl.addWidget(self.notice)
         cl.addWidget(self.first_run, 1)
         cl.addWidget(self.chat_pane, 1)
         cl.addWidget(self.legend)
@@ -131,11 +119,13 @@ class MainWindow(QMainWindow):
         cl.addLayout(row)
         self.context_meter = ContextMeter()
         cl.addWidget(self.context_meter, 0, Qt.AlignmentFlag.AlignRight)
+        self.notice.setParent(centre)  # floats over the chat's top edge: showing it moves nothing
+        self.notice.float_over([self.chat_pane, self.first_run])
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.conversations)
         split.addWidget(centre)
-        split.addWidget(self.stats)
+        split.addWidget(self.stats_pane)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
         split.setStretchFactor(2, 0)
@@ -151,20 +141,15 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
+        self.setTabOrder(self.input, self.send_button)
 
     def sizeHint(self) -> QSize:
         return QSize(1280, 800)
 
     def _name_controls(self) -> None:
-        """What a screen reader says for each control (toolbar buttons, pickers, panes)."""
-        tb = self.findChild(QToolBar, "main_toolbar")
-        for act in tb.actions():
-            if not act.isSeparator() and (button := tb.widgetForAction(act)) is not None and act.text():
-                button.setAccessibleName(act.text().rstrip("…"))
-        if (more := tb.findChild(QToolButton, "qt_toolbar_ext_button")) is not None:
-            more.setAccessibleName("More toolbar actions")  # shown when the window is too narrow
+        """What a screen reader says for each control (pickers, panes, buttons)."""
         cv = self.conversations
-        for w, name in ((self.theme, "Theme"), (cv, "Chats"), (cv.list, "Chat list"), (cv.search, "Search chats"),
+        for w, name in ((cv, "Chats"), (cv.list, "Chat list"), (cv.search, "Search chats"),
                         (cv.new_button, "New chat"), (cv.rename_button, "Rename chat"),
                         (cv.delete_button, "Delete chat"), (self.chat, "Conversation"), (self.input, "Message"),
                         (self.send_button, "Send"), (self.stop_button, "Stop"),
@@ -178,6 +163,12 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode("ascii")))
         if s.window_splitter:
             self.split.restoreState(QByteArray.fromBase64(s.window_splitter.encode("ascii")))
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        if not e.spontaneous() and not getattr(self, "_shown_once", False):
+            self._shown_once = True
+            self.focus_input()  # typing starts a message, whatever the window shows first
 
     def _connect(self) -> None:
         c = self.controller
@@ -197,11 +188,12 @@ class MainWindow(QMainWindow):
         c.sig_settings.connect(self._apply_settings)
         c.sig_no_models.connect(self._first_run)
 
-        self.conversations.sig_new.connect(c.new_conversation)
+        self.conversations.sig_new.connect(self.new_chat)
         self.conversations.sig_selected.connect(c.open_conversation)
         self.conversations.sig_rename.connect(c.rename_conversation)
         self.conversations.sig_delete.connect(self._confirm_delete)
         self.conversations.sig_search.connect(c.set_search)
+        self.conversations.sig_chosen.connect(self.focus_input)
         self.bar.sig_target_chosen.connect(lambda p: c.update_settings(target=p))
         self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d, drafter_chosen=True))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
@@ -213,26 +205,20 @@ class MainWindow(QMainWindow):
         self.input.sig_editing.connect(lambda on: self.send_button.setText("Resend" if on else "Send"))
         self.chat.action_requested.connect(self._message_action)
         c.sig_messages.connect(self._path_changed)
-        self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
+        self.send_button.clicked.connect(self.send_typed)
         self.stop_button.clicked.connect(c.stop)
-        self.stop_button.setToolTip("Stop the reply (Esc)")
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=c.stop)
+        self.stop_button.setToolTip(self.commands.stop.toolTip())
+        self.send_button.setToolTip(self.commands.send.toolTip())
         self.notice.sig_action.connect(self._notice_action)
         self.first_run.sig_open_models.connect(self.open_models)
-        self.act_new.triggered.connect(c.new_conversation)
-        self.act_models.triggered.connect(self.open_models)
-        self.act_compare.triggered.connect(self.open_compare)
-        self.act_export_md.triggered.connect(self.export_markdown)
-        self.act_export_trace.triggered.connect(self.export_trace)
-        self.act_highlight.toggled.connect(lambda on: c.update_settings(highlight=on))
-        self.act_rejected.toggled.connect(lambda on: c.update_settings(show_rejected=on))
         self.chat.copied.connect(lambda what: self.statusBar().showMessage(f"Copied the {what}.", 2500))
         self.chat.link_refused.connect(lambda url: self.statusBar().showMessage(
             f"Not opened: {url[:80]} (links in messages open only as http, https or mailto).", 5000))
-        self.theme.activated.connect(lambda _i: c.update_settings(theme=self.theme.currentData()))
+        self.stats_pane.sig_fold_requested.connect(lambda fold: c.update_settings(stats_folded=fold))
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
-        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded):
+        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded, c.sig_message_added, c.sig_tokens):
             sig.connect(self._show_context)
+        self.commands.connect_to(self)
 
     # -- reacting ----------------------------------------------------------------------------
     def _apply_settings(self, s) -> None:
@@ -240,16 +226,14 @@ class MainWindow(QMainWindow):
         if app is not None and getattr(self, "_theme", None) != s.theme:
             self._theme = s.theme
             apply_theme(app, s.theme)
-        for act, on in ((self.act_highlight, s.highlight), (self.act_rejected, s.show_rejected)):
-            act.blockSignals(True)
-            act.setChecked(on)
-            act.blockSignals(False)
-        self.theme.setCurrentIndex(self.theme.findData(s.theme))
+        self.commands.show_settings(s)
         colours = colours_for(s.theme)
         self.chat.set_options(ViewOptions(colours, s.highlight, s.show_rejected))
-        self.legend.show_legend(colours, s.highlight, s.show_rejected)
+        self.legend.show_legend(colours, s.highlight, s.show_rejected and s.highlight)
         self.context_meter.set_colours(colours)
         self.bar.set_settings(s)
+        self.stats_pane.set_folded(s.stats_folded)
+        self.conversations.setVisible(s.chat_list_shown)
 
     def _system_scheme_changed(self, _scheme=None) -> None:
         """The OS switched between light and dark: the System theme follows at once."""
@@ -260,6 +244,26 @@ class MainWindow(QMainWindow):
     def _show_context(self, *_args) -> None:
         loaded = self.controller.loaded
         self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None)
+
+    def focus_input(self) -> None:
+        """Give the message box the keyboard (where it is shown: the first-run panel may stand in for the chat).
+        Called after a command, a closed dialog included: the window takes the keyboard back too (a window
+        manager does not always give it back)."""
+        if self.isVisible() and not self.isActiveWindow() and QApplication.activeModalWidget() is None:
+            self.activateWindow()
+        if self.input.isVisibleTo(self) and self.chat_pane.isVisibleTo(self):
+            self.input.setFocus(Qt.FocusReason.OtherFocusReason)
+        elif self.first_run.isVisibleTo(self):
+            self.first_run.default_button.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def new_chat(self) -> None:
+        self.controller.new_conversation()
+        self.focus_input()
+
+    def send_typed(self) -> None:
+        """Send (or resend, when editing) what the message box holds."""
+        self._send(self.input.toPlainText())
+        self.focus_input()
 
     def _send(self, text: str) -> None:
         if self.input.editing is not None:
@@ -276,13 +280,23 @@ class MainWindow(QMainWindow):
             return
         if action in (MessageAction.REGENERATE, MessageAction.REGENERATE_CURRENT):
             c.regenerate(message_id, current=action == MessageAction.REGENERATE_CURRENT)
+            self.focus_input()
         elif action == MessageAction.EDIT:
             if c.can_edit(message_id):
                 self.input.begin_edit(message_id, c.message(message_id).content)
         elif action == MessageAction.DELETE:
             self._confirm_delete_message(message_id)
+            self.focus_input()
         elif action in (MessageAction.PREVIOUS, MessageAction.NEXT):
             c.show_alternative(message_id, -1 if action == MessageAction.PREVIOUS else 1)
+
+    def regenerate_last(self) -> None:
+        """Regenerate the last reply on the shown path (Chat ▸ Regenerate last reply)."""
+        last = next((m for m in reversed(self.controller.messages) if m.role == Role.ASSISTANT), None)
+        if last is None:
+            self.notice.show_notice(Notice("There is no reply to regenerate yet: send a message first.", Level.INFO))
+            return
+        self._message_action(MessageAction.REGENERATE.value, last.id)
 
     def _resend(self, message_id: int, text: str) -> None:
         if self.controller.resend_edit(message_id, text):
@@ -313,7 +327,7 @@ class MainWindow(QMainWindow):
     def _busy(self, busy: bool) -> None:
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
-        self.act_compare.setEnabled(not busy)
+        self.commands.busy(busy)
 
     def _load_state(self, text: str, fraction: float) -> None:
         self.status_label.setText(text)
@@ -335,7 +349,7 @@ class MainWindow(QMainWindow):
         if action == Action.OPEN_MODELS:
             self.open_models()
         elif action == Action.NEW_CHAT:
-            self.controller.new_conversation()
+            self.new_chat()
 
     def _first_run(self) -> None:
         """No model is installed: the ways to get one take the chat's place until one is."""
@@ -343,19 +357,24 @@ class MainWindow(QMainWindow):
         self.legend.hide()
         self.first_run.show()
         self.controller.update_settings(first_run_done=True)
+        self.focus_input()
 
     def _models_listed(self, models, target: str) -> None:
         if (models or target) and self.first_run.isVisible():
             self.first_run.hide()
             self.chat_pane.show()
             self.legend.show()
+            self.focus_input()
 
     # -- dialogs ------------------------------------------------------------------------------
-    def open_models(self) -> None:
+    def open_models(self, tab: str = "") -> None:
         from app.models.models_dialog import ModelsDialog
 
-        dlg = ModelsDialog(self.controller, self)
+        dlg = ModelsDialog(self.controller, self, tab=tab)
+        self.models_dialog = dlg  # while it is open (tests and the screenshots reach it here)
         dlg.exec()
+        self.models_dialog = None
+        self.focus_input()
 
     def open_compare(self) -> None:
         from app.stats.compare_dialog import CompareDialog
@@ -372,6 +391,7 @@ class MainWindow(QMainWindow):
             dlg.deleteLater()
             return
         self.compare_dialog = dlg
+        dlg.finished.connect(lambda _r: self.focus_input())
         dlg.show()
 
     def _export_target(self, title: str, suffix: str, filt: str) -> tuple[Path | None, object]:

@@ -232,7 +232,7 @@ def unnamed_controls(root: QWidget) -> list[str]:
 def test_every_control_of_the_window_and_sampling_has_an_accessible_name(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
     w = open_window(qtbot)
-    buttons = [w.findChild(QToolBar, "main_toolbar").widgetForAction(a) for a in (w.act_models, w.act_highlight)]
+    buttons = [w.toolbar_strip.button_for(a) for a in (w.act_models, w.act_highlight)]
     assert [b.accessibleName() for b in buttons] == ["Models", "Highlight tokens"]
     assert unnamed_controls(w) == []
     popover = w.bar.sampling

@@ -105,3 +105,22 @@ def hold_after_first_token(w):
 
     w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
     return gate, hold
+
+
+def activate(qtbot, w) -> None:
+    """Make `w` the active window: window shortcuts and the menu bar's Alt keys work only there."""
+    with qtbot.waitActive(w):
+        w.activateWindow()
+
+
+def menu_keys(qtbot, w, *letters: str):
+    """Alt+letters[0] opens a menu of the menu bar; each next letter picks an item (or submenu) by its
+    underlined letter, as a person does. Returns the menu left open, if any."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    qtbot.keyClick(w, letters[0], Qt.KeyboardModifier.AltModifier)
+    for letter in letters[1:]:
+        qtbot.waitUntil(lambda: QApplication.activePopupWidget() is not None)
+        qtbot.keyClick(QApplication.activePopupWidget(), letter)
+    return QApplication.activePopupWidget()

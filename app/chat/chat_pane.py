@@ -1,12 +1,12 @@
 """The chat view with its find bar and token details panel, and the actions that open them."""
 from __future__ import annotations
 
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.chat.chat_view import ChatView
 from app.chat.find_bar import FindBar
 from app.chat.token_details import TokenDetails
+from app.core.commands import StandardKey, command, key_sequences
 
 
 class ChatPane(QWidget):
@@ -26,11 +26,10 @@ class ChatPane(QWidget):
         lay.addWidget(self.find_bar)
         lay.addWidget(self.details)
         # Window-wide shortcuts: they work from the input box too.
-        self.act_find = QAction("Find in chat…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Find))
-        self.act_find.setToolTip("Find text in this chat (Ctrl+F)")
+        self.act_find = command(self, "&Find in chat…", "Find text in this chat", key_sequences(StandardKey.Find, "Ctrl+F"))
         self.act_find.triggered.connect(self.find_bar.open)
-        self.act_details = QAction("Token details", self, checkable=True, shortcut=QKeySequence("Ctrl+I"))
-        self.act_details.setToolTip("Show the story of the token at the text cursor under the chat (Ctrl+I)")
+        self.act_details = command(self, "Token &details", "Show the story of the token at the text cursor under the chat",
+                                   key_sequences(None, "Ctrl+I"), checkable=True)
         self.act_details.toggled.connect(self.details.setVisible)
         self.addAction(self.act_find)
         self.addAction(self.act_details)

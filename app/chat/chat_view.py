@@ -23,9 +23,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette, QTextBlockFormat,
-                           QTextCharFormat, QTextCursor)
-from PySide6.QtWidgets import QMessageBox, QTextBrowser, QToolTip, QWidget
+from PySide6.QtGui import (QContextMenuEvent, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette,
+                           QTextBlockFormat, QTextCharFormat, QTextCursor)
+from PySide6.QtWidgets import QMenu, QMessageBox, QTextBrowser, QToolTip, QWidget
 
 from engine.decoding.events import TokenEvent
 
@@ -94,6 +94,19 @@ def message_source(m: Message) -> tuple[str, list[int]]:
     return "".join(texts), ends
 
 
+def _with_mnemonic(words: str, taken: set[str]) -> str:
+    """`words` with '&' before the first letter not yet `taken` (a word's first letter preferred): a menu's item
+    then answers to that key."""
+    words = words.replace("&", "&&")
+    starts = [i for i, ch in enumerate(words) if ch.isalpha() and (i == 0 or not words[i - 1].isalnum())]
+    for i in starts + list(range(len(words))):
+        ch = words[i].lower()
+        if words[i].isalnum() and ch not in taken:
+            taken.add(ch)
+            return words[:i] + "&" + words[i:]
+    return words
+
+
 def _out_of_the_collectors_sight() -> None:
     """Called after each slice of drawing older messages: what was made for them lives as long as the chat is shown.
 
@@ -126,7 +139,8 @@ class ChatView(QTextBrowser):
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction
                                      | Qt.TextInteractionFlag.TextSelectableByKeyboard)
         self.setAccessibleName("Conversation")
-        self.setAccessibleDescription("Messages and replies; Ctrl+Up and Ctrl+Down move between messages")
+        self.setAccessibleDescription("Messages and replies; Ctrl+Up and Ctrl+Down move between messages, Tab to "
+                                      "a message's links, the menu key or Shift+F10 lists its actions")
         doc = self.document()
         doc.setDocumentMargin(14)
         doc.setIndentWidth(INDENT)
@@ -144,6 +158,8 @@ class ChatView(QTextBrowser):
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
         self._next_live = 0.0
         self._pending_timer = QTimer(self, singleShot=True, interval=0, timeout=self._render_pending)
+        self.actions_menu: QMenu | None = None
+        """The last menu of a message's actions (open while it is shown)."""
 
     # -- whole document --------------------------------------------------------------------------
     def set_options(self, options: ViewOptions) -> None:
@@ -271,7 +287,9 @@ class ChatView(QTextBrowser):
     def _writer(self, cur: QTextCursor, shown: ShownMessage, ends: Sequence[int]) -> ReplyWriter:
         m = shown.message
         assert self._formats is not None
-        rejected = self.options.show_rejected  # only they need the rounds (a stored reply reads them when asked)
+        # Rejected drafts only with highlighting: with it off a reply reads as plain text, and a struck-through
+        # draft would be the one mark left. Only they need the rounds (a stored reply reads them when asked).
+        rejected = self.options.show_rejected and self.options.highlight
         return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends,
                            m.rounds if rejected else None, rejected, m.id, self.options.actions)
 
@@ -350,7 +368,7 @@ class ChatView(QTextBrowser):
         cur = QTextCursor(self.document())
         cur.beginEditBlock()
         if lv is not None and lv.shown.message is m:
-            w = self._render_live(cur)  # its writer: it knows whether the cursor stands in an empty block
+            w = self._render_live(cur, final=True)  # its writer: it knows whether the cursor stands in an empty block
             self._live = None
             if w is None:
                 cur.movePosition(QTextCursor.MoveOperation.End)
@@ -369,7 +387,7 @@ class ChatView(QTextBrowser):
         if at_end:
             self._scroll_to_end()
 
-    def _render_live(self, cur: QTextCursor | None = None) -> ReplyWriter | None:
+    def _render_live(self, cur: QTextCursor | None = None, final: bool = False) -> ReplyWriter | None:
         lv = self._live
         if lv is None:
             return None
@@ -388,7 +406,7 @@ class ChatView(QTextBrowser):
         w = self._writer(cur, lv.shown, lv.ends)
         w.fresh = lv.cut_fresh
         w.skip_rejections_before(next((i for i in reversed(prov.index) if i >= 0), -1) + 1)
-        lv.render(w)
+        lv.render(w, final)
         w.flush()
         if own:
             cur.endEditBlock()
@@ -472,7 +490,13 @@ class ChatView(QTextBrowser):
     def viewportEvent(self, e: QEvent) -> bool:
         if e.type() == QEvent.Type.ToolTip:
             hit = self._doc_position(QPointF(e.pos()))
-            tip = self.story_at(hit) if hit >= 0 else None
+            if hit < 0:
+                # Off the text (the blank page under the last message): no tooltip. Qt's own would be the
+                # nearest character's, the last message's "Delete" link; an ignored event goes on to it.
+                QToolTip.hideText()
+                e.accept()
+                return True
+            tip = self.story_at(hit)
             if tip:
                 QToolTip.showText(e.globalPos(), tip, self)
                 return True
@@ -519,6 +543,73 @@ class ChatView(QTextBrowser):
             QGuiApplication.clipboard().setText(codes[index])
             self.copied.emit("code")
 
+    # -- a message's actions as a menu -------------------------------------------------------------------------
+    def message_links(self, message_id: int) -> list[tuple[str, str, str]]:
+        """The app links a shown message offers, in document order: (words, href, tooltip). Read from the
+        document, so a menu lists exactly the links the message shows."""
+        s = self._by_id.get(message_id)
+        if s is None:
+            return []
+        k = self._shown.index(s)
+        doc = self.document()
+        end = self._shown[k + 1].start if k + 1 < len(self._shown) else doc.characterCount()
+        out: list[tuple[str, str, str]] = []
+        codes = 0
+        block = doc.findBlock(s.start)
+        while block.isValid() and block.position() < end:
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                fmt = frag.charFormat()
+                link = app_links.parse(fmt.anchorHref()) if fmt.isAnchor() else None
+                if link is not None and s.start <= frag.position() < end:
+                    href = fmt.anchorHref()
+                    if out and out[-1][1] == href:  # one link split over two formats
+                        out[-1] = (out[-1][0] + frag.text(), href, out[-1][2])
+                    else:
+                        words = frag.text()
+                        if link[0] is LinkKind.COPY_CODE:
+                            codes += 1
+                            words = f"Copy code block {codes}"
+                        elif words in ("‹", "›"):
+                            words = fmt.toolTip() or words
+                        out.append((words, href, fmt.toolTip()))
+                it += 1
+            block = block.next()
+        return out
+
+    def show_actions_menu(self, at: QPoint | None = None) -> QMenu | None:
+        """A menu of the actions of the message at the text cursor (or at `at`, a viewport point), shown
+        there; also Copy and Select all. None when no message is shown."""
+        if at is not None:
+            position = self.cursorForPosition(at).position()
+        else:
+            position = self.textCursor().position()
+            at = self.cursorRect().bottomLeft()
+        m = self.message_at(position) or (self._shown[-1].message if self._shown else None)
+        if m is None:
+            return None
+        menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.setAccessibleName("Message actions")
+        menu.setToolTipsVisible(True)
+        taken: set[str] = set()
+        for words, href, tip in self.message_links(m.id):
+            act = menu.addAction(_with_mnemonic(words, taken))
+            act.setToolTip(tip)
+            act.triggered.connect(lambda _checked=False, h=href: self._on_anchor(QUrl(h)))
+        menu.addSeparator()
+        copy = menu.addAction("Copy selected text", self.copy)
+        copy.setEnabled(self.textCursor().hasSelection())
+        menu.addAction("Select all", self.selectAll)
+        self.actions_menu = menu
+        menu.popup(self.viewport().mapToGlobal(at))
+        return menu
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
+        keyboard = e.reason() == QContextMenuEvent.Reason.Keyboard
+        self.show_actions_menu(None if keyboard else e.pos())
+
     # -- keyboard ----------------------------------------------------------------------------------------------
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.modifiers() == Qt.KeyboardModifier.ControlModifier and e.key() in (Qt.Key.Key_Up, Qt.Key.Key_Down):
@@ -541,12 +632,18 @@ class ChatView(QTextBrowser):
         if not 0 <= target < len(self._shown):
             return None
         s = self._shown[target]
-        self._scroll_to_position(s.start)
+        self._scroll_to_position(s.start, select_word=True)
         return s.message
 
-    def _scroll_to_position(self, position: int) -> None:
+    def _scroll_to_position(self, position: int, select_word: bool = False) -> None:
+        """`select_word`: select the word there (a message header's first), the cursor at its start: it shows
+        where the keyboard is, and Tab then moves to the next link after it (from no selection, Qt's Tab
+        starts at the top of the document)."""
         cur = QTextCursor(self.document())
         cur.setPosition(position)
+        if select_word:
+            cur.movePosition(QTextCursor.MoveOperation.EndOfWord)
+            cur.setPosition(position, QTextCursor.MoveMode.KeepAnchor)
         self.setTextCursor(cur)
         self.ensureCursorVisible()
         sb = self.verticalScrollBar()

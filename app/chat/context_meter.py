@@ -2,7 +2,8 @@
 
 The count is the engine's own: the last reply's prompt tokens plus its tokens (the next prompt
 re-reads all of that). Messages after the last reply with numbers (a stopped or crashed reply, a
-user message not answered yet) are estimated at four characters a token, and the text says '≈'.
+user message not answered yet) are estimated at four characters a token, and the text says '≈';
+a reply being written counts the tokens it has so far, so the meter moves while it streams.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def context_used(messages: Sequence[Message]) -> tuple[int, bool]:
     for m in reversed(messages):
         if m.stats is not None:
             return m.stats.prompt_tokens + m.stats.tokens + estimate, estimate > 0
-        estimate += -(-len(m.text) // CHARS_PER_TOKEN)
+        # A reply still being written has its tokens so far counted; text is estimated.
+        estimate += len(m.tokens) if not m.finished else -(-len(m.text) // CHARS_PER_TOKEN)
     return estimate, estimate > 0
 
 

@@ -1,4 +1,4 @@
-"""The message box: Enter sends, Shift+Enter starts a new line; and an edit mode for resending.
+"""The message box: Enter (or Ctrl+Enter) sends, Shift+Enter starts a new line; and an edit mode for resending.
 
 In edit mode the box holds an earlier question's text under a one-line banner saying so; Enter
 resends it (as a new alternative of that question), Esc gives the box back as it was before.
@@ -97,8 +97,7 @@ class InputBox(QPlainTextEdit):
             self.sig_edit_cancelled.emit()
             return
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-            e.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.ControlModifier
-                             | Qt.KeyboardModifier.AltModifier)
+            e.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier)
         ):
             text = self.toPlainText()
             if text.strip():
@@ -108,6 +107,6 @@ class InputBox(QPlainTextEdit):
                     self.sig_submit.emit(text)
             return
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            self.insertPlainText("\n")  # Shift+Enter: a line break, never a paragraph trick
+            self.insertPlainText("\n")  # Shift+Enter (or Alt+Enter): a line break, never a paragraph trick
             return
         super().keyPressEvent(e)

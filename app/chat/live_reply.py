@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.decoding.events import TokenEvent
 
-from app.chat.markdown_spans import Kind, parse
+from app.chat.markdown_spans import Kind, parse, table_pending
 from app.chat.reply_document import BlockMark, Provenance, ReplyWriter
 from app.history.records import Message
 
@@ -70,13 +70,15 @@ class LiveReply:
         self.source += "".join(texts)
         self.n_tokens = len(tokens)
 
-    def render(self, w: ReplyWriter) -> None:
-        """Writes the tail at the writer's cursor, then moves the cut as far as the text allows."""
-        parsed = parse(self.source, self.cut, self.cut_code, self.skip_lines)
+    def render(self, w: ReplyWriter, final: bool = False) -> None:
+        """Writes the tail at the writer's cursor, then moves the cut as far as the text allows. Until the
+        reply is `final`, a table header whose delimiter row has not come yet waits (see table_pending)."""
+        source = self.source if final else self.source[:max(self.cut, table_pending(self.source))]
+        parsed = parse(source, self.cut, self.cut_code, self.skip_lines)
         marks: list[BlockMark] = []
         w.write(parsed.blocks, marks.append)
         w.flush()
-        complete = self.source.rfind("\n") + 1  # where the last, maybe partial, line starts
+        complete = source.rfind("\n") + 1  # where the last, maybe partial, line starts
         # A top block markdown-it dropped (nested past its maxNesting) has no mark: the cut cannot go there.
         marked = {mk.block.top for mk in marks}
         tops = [t for t in parsed.tops if self.cut < t < complete and t in marked]

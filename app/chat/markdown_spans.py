@@ -12,6 +12,7 @@ re-parsed only from its last block; `tops` says where top-level blocks start for
 """
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from enum import Enum, IntFlag
@@ -167,6 +168,33 @@ def parse(source: str, start: int = 0, code_index: int = 0, skip_code_lines: int
     walker = _Walker(text, lines, start, out, skip_code_lines)
     walker.walk(_parser(text).parse(text))
     return out
+
+
+_ROW = re.compile(r" {0,3}\|")
+_DELIMITER_SO_FAR = re.compile(r" {0,3}\|?[ :|-]*")
+_FENCE = re.compile(r" {0,3}(```|~~~)")
+
+
+def table_pending(source: str) -> int:
+    """Where a table that may be starting at the end of a streaming reply begins, else len(source).
+
+    A table is a header row and then a delimiter row (`|---|---|`); until the delimiter row is complete,
+    Markdown reads the header as a paragraph, and a reply streamed "| Column 1 | Column 2 |" as raw text
+    before it became a table. From here on the view waits for that line (a row starting with '|' whose line
+    before is no row, and at most a partial delimiter after it) to decide, outside code fences."""
+    end = len(source)
+    last = source.rfind("\n") + 1
+    lines_before = source[:last].split("\n")[:-1]  # complete lines
+    tail = source[last:]
+    if _ROW.match(tail) and not (lines_before and "|" in lines_before[-1]):
+        start = last  # a header row still being written
+    elif (lines_before and _ROW.match(lines_before[-1]) and _DELIMITER_SO_FAR.fullmatch(tail)
+          and not (len(lines_before) > 1 and "|" in lines_before[-2])):
+        start = last - len(lines_before[-1]) - 1  # a header row, and its delimiter row not complete yet
+    else:
+        return end
+    fences = sum(1 for line in source[:start].split("\n") if _FENCE.match(line))
+    return end if fences % 2 else start
 
 
 def code_sources(source: str) -> list[str]:
@@ -379,7 +407,8 @@ class _Walker:
         content: str = tok.content
         if content.endswith("\n"):
             content = content[:-1]
-        language = (tok.info or "").split()[0] if tok.type == "fence" and tok.info else ""
+        words = (tok.info or "").split() if tok.type == "fence" else []
+        language = words[0] if words else ""  # an info string of blanks ("```  ") names no language
         first = tok.map[0] + (1 if tok.type == "fence" else 0)
         lists, quote, item = tuple(self.lists), self.quote, self._take_item()
         skip = self.skip if self.top == self.base else 0

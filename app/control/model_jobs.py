@@ -99,3 +99,14 @@ def _pair_of(paths: list[Path]) -> tuple[Path, str]:
 def catalog_installed(pair: catalog.CatalogPair) -> tuple[Path | None, Path | None]:
     """Where the pair's files are in the model folder (None for a missing one)."""
     return download.installed_path(pair.target), download.installed_path(pair.drafter)
+
+
+def pair_memory(pair: catalog.CatalogPair, n_ctx: int, n_gpu_layers: int) -> int | None:
+    """Bytes the pair needs loaded, from its files' headers by the estimate the Hardware tab shows (so the two
+    say the same figure), or None while its files are not in the model folder (runs off the GUI thread)."""
+    from engine.models.hardware import estimate_pair_memory
+
+    t, d = catalog_installed(pair)
+    if t is None or d is None:
+        return None
+    return estimate_pair_memory(t, d, n_ctx, n_gpu_layers).needed_bytes

@@ -5,6 +5,7 @@ engine's validator and llama.cpp's pairing rules (engine.decoding.compat), loadi
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,18 @@ class ModelEntry:
 
     @property
     def label(self) -> str:
-        return f"{self.name} · {human_params(self.n_params)} · {self.quantization}"
+        """'Qwen2.5 Coder 1.5B Instruct · Q4_K_M' (the parameter count too where the name has no size)."""
+        name = shown_name(self.name)
+        if _SIZE.search(name):
+            return f"{name} · {self.quantization}"
+        return f"{name} · {human_params(self.n_params)} · {self.quantization}"
+
+    @property
+    def short_label(self) -> str:
+        """What tells models apart in a narrow picker: 'Qwen2.5 Coder 1.5B' (the size last, so eliding the
+        middle keeps it)."""
+        name = _tidy(_TUNING.sub(" ", shown_name(self.name)))
+        return name if _SIZE.search(name) else f"{name} {human_params(self.n_params)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,25 @@ class DrafterOption:
     """A pairing that works but is unlikely to help (e.g. a drafter as big as the target)."""
 
 
+#: Words in a model's general.name that describe a file format or a quantization, often another file's: the
+#: 0.5B Qwen GGUF calls itself "Qwen2.5 Coder 0.5B Instruct AWQ" though it is a Q4_K_M GGUF. The file's own
+#: quantization is shown beside the name, from its tensors.
+_PACKAGING = re.compile(r"(?<![\w.])(GGUF|GGML|AWQ|GPTQ|EXL2|MLX|BNB|HQQ|QAT|INT[348]|FP8|FP16|FP32|BF16|F16|F32|"
+                        r"I?Q\d(_[A-Z0-9]+)*|\d+-?bit)(?![\w.])", re.IGNORECASE)
+_TUNING = re.compile(r"(?<![\w.])(Instruct|Chat|it)(?![\w.])", re.IGNORECASE)
+_SIZE = re.compile(r"(?<![\w.])\d+(\.\d+)?[BM](?![\w.])", re.IGNORECASE)
+
+
+def _tidy(name: str) -> str:
+    name = re.sub(r"([ _-])[ _-]+", r"\1", name)  # what a removed word left between its neighbours
+    return name.strip(" _-")
+
+
+def shown_name(name: str) -> str:
+    """A model's name without the format and quantization words its metadata may carry."""
+    return _tidy(_PACKAGING.sub(" ", name)) or name
+
+
 def human_params(n: int) -> str:
     if n >= 1e9:
         return f"{n / 1e9:.1f}B"
@@ -65,12 +96,13 @@ def human_params(n: int) -> str:
 
 
 def human_bytes(n: float | None) -> str:
+    """Decimal units, as the hub and the engine's memory estimates give them ('1.6 GB' = 1.6e9 bytes)."""
     if n is None:
         return "?"
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
+        if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1024
+        n /= 1000
     return f"{n:.1f} TB"
 
 

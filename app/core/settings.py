@@ -83,6 +83,10 @@ class AppSettings:
     """The main window's place and size (QWidget.saveGeometry, base64; empty: the default)."""
     window_splitter: str = ""
     """Widths of the chat list, chat and stats panes (QSplitter.saveState, base64; empty: the default)."""
+    stats_folded: bool = False
+    """The statistics pane is folded to a strip beside the chat."""
+    chat_list_shown: bool = True
+    """The list of chats is shown at the window's left."""
     history_drafts: bool = False
     """Prompt lookup also drafts from an index of past conversations (opt-in: it stores their token n-grams)."""
     history_cap_mb: int = 64

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLineEdit,
@@ -31,6 +32,8 @@ class ConversationList(QWidget):
     """Conversation `id` should be deleted (the controller asks first)."""
     sig_search = Signal(str)
     """The search text changed (debounced)."""
+    sig_chosen = Signal(int)
+    """Enter (or a double click) on conversation `id`: the person means to go on with it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -65,7 +68,23 @@ class ConversationList(QWidget):
         self.rename_button.clicked.connect(self.start_rename)
         self.delete_button.clicked.connect(self._delete_current)
         self.list.customContextMenuRequested.connect(self._context_menu)
+        self.list.itemActivated.connect(lambda item: self.sig_chosen.emit(int(item.data(Qt.ItemDataRole.UserRole))))
+        # Keys: Down from the search field goes into the list; Delete in the list deletes the chat (asks first).
+        self.search.installEventFilter(self)
+        self.list.installEventFilter(self)
         self._filling = False
+
+    def eventFilter(self, obj: QObject, e: QEvent) -> bool:
+        if e.type() == QEvent.Type.KeyPress and isinstance(e, QKeyEvent) and not e.modifiers():
+            if obj is self.search and e.key() == Qt.Key.Key_Down and self.list.count():
+                self.list.setFocus(Qt.FocusReason.TabFocusReason)
+                if self.list.currentItem() is None:
+                    self.list.setCurrentRow(0)
+                return True
+            if obj is self.list and e.key() == Qt.Key.Key_Delete and self.list.state() != self.list.State.EditingState:
+                self._delete_current()
+                return True
+        return super().eventFilter(obj, e)
 
     def set_conversations(self, convs: list[Conversation], current: int | None) -> None:
         self._filling = True

@@ -25,6 +25,7 @@ from app.core.background import run_in_background
 from app.core.settings import with_lookup
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
+from engine.models.hardware import gigabytes
 from app.models.task_row import TaskRow
 
 
@@ -36,10 +37,9 @@ class PairCard(QFrame):
         self.controller, self.pair = controller, pair
         self.setFrameShape(QFrame.Shape.StyledPanel)
         lay = QVBoxLayout(self)
-        size = sum(f.display_bytes or 0 for f in pair.files)
-        head = QLabel(f"<b>{html.escape(pair.title)}</b> · {human_bytes(size)} · {html.escape(pair.license)}"
-                      + (f" · needs about {pair.min_memory_gb:g} GB free memory" if pair.min_memory_gb else ""))
+        head = self.head = QLabel()
         head.setWordWrap(True)
+        self._show_head(None)
         body = QLabel(
             f"Target <code>{html.escape(pair.target.local_name)}</code>, drafter "
             f"<code>{html.escape(pair.drafter.local_name)}</code><br>{html.escape(pair.hardware)}"
@@ -70,11 +70,33 @@ class PairCard(QFrame):
             self.task_row.follow(running)
             running.sig_finished.connect(self.refresh)
 
+    def _show_head(self, need: int | None) -> None:
+        """Title, download size, licence and memory: computed from the files once they are here (the Hardware
+        tab's figure for the same pair and context), the catalog's own figure before."""
+        pair = self.pair
+        if need is not None:
+            memory = f" · needs about {gigabytes(need)} of memory with a {self.controller.settings.n_ctx:,}-token context"
+        elif pair.min_memory_gb:
+            memory = f" · needs about {gigabytes(int(pair.min_memory_gb * 1e9))} of memory (the catalog's estimate)"
+        else:
+            memory = ""
+        self.head.setText(f"<b>{html.escape(pair.title)}</b> · {human_bytes(pair.download_bytes)} download · "
+                          f"{html.escape(pair.license)}{memory}")
+
+    def _estimate_memory(self) -> None:
+        from app.control.model_jobs import pair_memory
+
+        s, pair = self.controller.settings, self.pair
+        run_in_background(lambda: pair_memory(pair, s.n_ctx, s.n_gpu_layers), self._show_head,
+                          lambda _exc: self._show_head(None))
+
     def refresh(self, *_args) -> None:
         from app.control.model_jobs import catalog_installed
 
         t, d = catalog_installed(self.pair)
         self.installed = (t, d) if t and d else None
+        if self.installed:
+            self._estimate_memory()
         if self.installed:
             self.status.setText("✓ installed")
         elif t or d:
@@ -109,7 +131,11 @@ class CatalogTab(QWidget):
         bl = QVBoxLayout(box)
         source = ("Installed from the model packages already on this computer: no internet needed." if self.offline
                   else "Downloaded from Hugging Face; an interrupted download resumes.")
-        text = QLabel(f"Qwen2.5-Coder 1.5B Instruct (target) with its 0.5B sibling (drafter), 1.6 GB, Apache-2.0. {source}")
+        from app.models.first_run import default_catalog_pair
+
+        default = default_catalog_pair()  # the size and licence as the catalog gives them, like its card's
+        facts = f", {human_bytes(default.download_bytes)}, {default.license}" if default is not None else ""
+        text = QLabel(f"Qwen2.5-Coder 1.5B Instruct (target) with its 0.5B sibling (drafter){facts}. {source}")
         text.setWordWrap(True)
         bl.addWidget(text)
         row = QHBoxLayout()
@@ -148,9 +174,6 @@ class CatalogTab(QWidget):
         self.default_button.clicked.connect(self._install_default)
         controller.sig_models.connect(self._default_state)
         self._default_state()
-        from app.models.first_run import default_catalog_pair
-
-        default = default_catalog_pair()
         running = controller.tasks.get("install-default") or (
             controller.tasks.get(f"download:{default.id}") if default is not None else None)
         if running is not None:

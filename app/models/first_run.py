@@ -81,7 +81,7 @@ class FirstRunPanel(QFrame):
         grid.setVerticalSpacing(10)
         self.offline = offline_pair_available()
         pair = default_catalog_pair()
-        total = sum(f.display_bytes or 0 for f in pair.files) if pair else 0
+        total = pair.download_bytes if pair else 0
         size = f" ({human_bytes(total)})" if total else ""
         title = html.escape(pair.title) if pair else "The default pair"
         licence = f" Licence: {html.escape(pair.license)}." if pair else ""

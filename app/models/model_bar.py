@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.control.model_scan import DrafterOption, ModelEntry, human_bytes
+from app.models.elided_combo import SHORT_ROLE, ElidedCombo
 from app.models.sampling_popover import SamplingPopover
 from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, with_lookup
 
@@ -38,19 +39,16 @@ class ModelBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.target = QComboBox()
-        self.target.setObjectName("target_picker")
         # Sized to a minimum and stretched, not to the longest name: a narrow window elides the
-        # shown name (the tooltip has the path) rather than forcing the window wider.
-        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.target.setMinimumContentsLength(10)
-        self.target.setToolTip("The model whose answer you get")
-        self.drafter = QComboBox()
+        # shown name with "…" (the tooltip has all of it and the path) rather than forcing the window wider.
+        self.target = ElidedCombo("Target: the model whose answer you get")
+        self.target.setObjectName("target_picker")
+        self.drafter = ElidedCombo("Drafter: who proposes tokens for the target to check: a small model with the "
+                                   "same vocabulary, prompt lookup (copies from the conversation), or none")
         self.drafter.setObjectName("drafter_picker")
-        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.drafter.setMinimumContentsLength(10)
-        self.drafter.setToolTip("Who proposes tokens for the target to check: a small model with the same "
-                                "vocabulary, prompt lookup (copies from the conversation), or none")
+        for combo in (self.target, self.drafter):
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(10)
         self.length = QSlider(Qt.Orientation.Horizontal)
         self.length.setObjectName("draft_length")
         self.length.setRange(1, 16)
@@ -136,6 +134,7 @@ class ModelBar(QWidget):
             self.target.addItem(m.label, str(m.path))
             self.target.setItemData(self.target.count() - 1, f"{m.path}\n{m.architecture}, {human_bytes(m.size_bytes)}",
                                     Qt.ItemDataRole.ToolTipRole)
+            self.target.setItemData(self.target.count() - 1, m.short_label, SHORT_ROLE)
         if current and self.target.findData(current) < 0:
             self.target.addItem(Path(current).name, current)
         self.target.addItem("Choose a GGUF file…", BROWSE)
@@ -143,6 +142,7 @@ class ModelBar(QWidget):
         self.target.setCurrentIndex(max(0, i))
         self._target_index = self.target.currentIndex()
         self.target.blockSignals(False)
+        self.target.update_tip()
 
     def set_drafters(self, options: list[DrafterOption], current: str) -> None:
         """Only compatible drafters are offered, each with prompt lookup in front (the fastest mode
@@ -154,20 +154,24 @@ class ModelBar(QWidget):
                 continue
             tip = f"{o.model.path}" + (f"\nNote: {o.warning}" if o.warning else "")
             self.drafter.addItem(f"prompt lookup + {o.model.label}", with_lookup(o.model.path))
+            self.drafter.setItemData(self.drafter.count() - 1, f"lookup + {o.model.short_label}", SHORT_ROLE)
             self.drafter.setItemData(self.drafter.count() - 1,
                                      "Prompt lookup drafts where the reply copies the conversation, the model where "
                                      f"it does not; with Auto, each only where it pays.\n{tip}",
                                      Qt.ItemDataRole.ToolTipRole)
             self.drafter.addItem(o.model.label, str(o.model.path))
             self.drafter.setItemData(self.drafter.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+            self.drafter.setItemData(self.drafter.count() - 1, o.model.short_label, SHORT_ROLE)
         self.drafter.addItem("prompt lookup", DRAFT_LOOKUP)
         self.drafter.setItemData(self.drafter.count() - 1,
                                  "Drafts by copying what followed the same words earlier in the conversation: "
                                  "no second model, good for edits of given text", Qt.ItemDataRole.ToolTipRole)
         self.drafter.addItem("none (plain decoding)", DRAFT_NONE)
+        self.drafter.setItemData(self.drafter.count() - 1, "none (plain)", SHORT_ROLE)  # fits a narrow picker
         i = self.drafter.findData(current)
         self.drafter.setCurrentIndex(i if i >= 0 else self.drafter.findData(DRAFT_LOOKUP))
         self.drafter.blockSignals(False)
+        self.drafter.update_tip()
 
     def drafter_choices(self) -> list[str]:
         return [str(self.drafter.itemData(i)) for i in range(self.drafter.count())]

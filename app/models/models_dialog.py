@@ -24,10 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.background import run_in_background
+from app.core.window_fit import resize_within
 from app.models.catalog_tab import CatalogTab
 from app.control.controller import ChatController
 from app.models.hardware_tab import HardwareTab
-from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params
+from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, human_bytes, human_params, shown_name
 from app.models.task_row import TaskRow
 
 
@@ -100,7 +101,7 @@ class InstalledTab(QWidget):
         self.models = list(models)
         self.table.setRowCount(len(models))
         for i, m in enumerate(models):
-            for j, text in enumerate((m.name, human_params(m.n_params), m.quantization, m.architecture,
+            for j, text in enumerate((shown_name(m.name), human_params(m.n_params), m.quantization, m.architecture,
                                       human_bytes(m.size_bytes))):
                 item = QTableWidgetItem(text)
                 item.setToolTip(str(m.path))
@@ -178,7 +179,6 @@ class ModelsDialog(QDialog):
     def __init__(self, controller: ChatController, parent: QWidget | None = None, tab: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(900, 640)
         lay = QVBoxLayout(self)
         self.tabs = QTabWidget()
         self.tabs.setAccessibleName("Model sections")
@@ -193,6 +193,7 @@ class ModelsDialog(QDialog):
         buttons.button(QDialogButtonBox.StandardButton.Close).setAccessibleName("Close")
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        resize_within(self, 900, 640)
         if tab == "catalog" or (not controller.models and not tab):
             self.tabs.setCurrentWidget(self.catalog)
         elif tab == "hardware":

@@ -240,3 +240,4 @@ class SamplingPopover(QFrame):
         pos = anchor.mapToGlobal(anchor.rect().bottomLeft())
         self.move(pos)
         self.show()
+        self.temperature.setFocus(Qt.FocusReason.PopupFocusReason)  # opened by keyboard (Alt+S): type at once

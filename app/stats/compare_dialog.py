@@ -18,6 +18,7 @@ from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, Stats, T
 from app.chat.chat_view import ChatView, ViewOptions
 from app.control.controller import ChatController, CompareRuns, drafter_label
 from app.core.errors import explain
+from app.core.window_fit import resize_within
 from app.history.records import Message, Role
 from app.history.reply_stats import pace
 from app.core.theme import colours_for
@@ -82,7 +83,6 @@ class CompareDialog(QDialog):
     def __init__(self, controller: ChatController, messages: Sequence[Message], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Compare with plain decoding")
-        self.resize(1000, 620)
         self.controller = controller
         self.messages = list(messages)
         self.reply = messages[-1]
@@ -110,6 +110,8 @@ class CompareDialog(QDialog):
         self.plain_reply = Message(-2, Role.ASSISTANT, "", target, "none")
         self.left.show_messages([self.spec_reply])
         self.right.show_messages([self.plain_reply])
+        for title in (self.left_title, self.right_title):
+            title.setWordWrap(True)  # a long pair name wraps: the dialog keeps its width while the runs report
         self.left_stats = QLabel("–")
         self.right_stats = QLabel("–")
         for w in (self.left_stats, self.right_stats):
@@ -130,6 +132,7 @@ class CompareDialog(QDialog):
         buttons.button(QDialogButtonBox.StandardButton.Close).setAccessibleName("Close")
         buttons.rejected.connect(self.reject)
         lay.addWidget(buttons)
+        resize_within(self, 1000, 620)
         self.spec = _Run(self, self.left, self.spec_reply)
         self.plain = _Run(self, self.right, self.plain_reply)
         self.runs: CompareRuns | None = None

@@ -74,6 +74,11 @@ class CatalogPair:
     def files(self) -> tuple[CatalogFile, CatalogFile]:
         return (self.target, self.drafter)
 
+    @property
+    def download_bytes(self) -> int:
+        """Both files together, as the catalog gives them (what every "size of the pair" shows)."""
+        return sum(f.display_bytes or 0 for f in self.files)
+
 
 def _file(raw: Any, where: str) -> CatalogFile:
     if not isinstance(raw, dict):

@@ -245,7 +245,8 @@ def model_memory(path: Path, n_ctx: int, n_gpu_layers: int = -1, n_batch: int = 
     return ModelMemory(weights, kv_cache_bytes(info, n_ctx), compute, share)
 
 
-def _gb(n: int) -> str:
+def gigabytes(n: int) -> str:
+    """Bytes as decimal gigabytes with one decimal, '2.5 GB': memory and file sizes read alike everywhere."""
     return f"{n / _GB:.1f} GB"
 
 
@@ -272,22 +273,22 @@ def estimate_pair_memory(target: Path, drafter: Path | None, n_ctx: int, n_gpu_l
         fits = vram_need <= vram_free and ram_need <= ram_free
         where = gpu.description or gpu.name
         if fits:
-            msg = f"{what} needs about {_gb(vram_need)} of {_gb(gpu.memory_free)} free on {where}"
+            msg = f"{what} needs about {gigabytes(vram_need)} of {gigabytes(gpu.memory_free)} free on {where}"
             if ram_need:
-                msg += f" and {_gb(ram_need)} of {_gb(report.ram_available)} free RAM"
+                msg += f" and {gigabytes(ram_need)} of {gigabytes(report.ram_available)} free RAM"
         elif vram_need > vram_free:
-            msg = (f"{what} needs about {_gb(vram_need)} on {where} but only {_gb(gpu.memory_free)} is free: "
+            msg = (f"{what} needs about {gigabytes(vram_need)} on {where} but only {gigabytes(gpu.memory_free)} is free: "
                    f"offload fewer layers (--gpu-layers), shorten the context (--ctx) or pick a smaller pair")
         else:
-            msg = (f"{what} needs about {_gb(ram_need)} of RAM besides the GPU but only "
-                   f"{_gb(report.ram_available)} is free: close other programs or shorten the context (--ctx)")
+            msg = (f"{what} needs about {gigabytes(ram_need)} of RAM besides the GPU but only "
+                   f"{gigabytes(report.ram_available)} is free: close other programs or shorten the context (--ctx)")
         if fits or vram_need > vram_free:
             return MemoryEstimate(vram_need, gpu.memory_free, where, fits, msg, ram_need, vram_need)
         return MemoryEstimate(ram_need, report.ram_available, "RAM", fits, msg, ram_need, vram_need)
     fits = ram_need <= ram_free
     if fits:
-        msg = f"{what} needs about {_gb(ram_need)} of {_gb(report.ram_available)} free RAM"
+        msg = f"{what} needs about {gigabytes(ram_need)} of {gigabytes(report.ram_available)} free RAM"
     else:
-        msg = (f"{what} needs about {_gb(ram_need)} of RAM but only {_gb(report.ram_available)} is free: "
+        msg = (f"{what} needs about {gigabytes(ram_need)} of RAM but only {gigabytes(report.ram_available)} is free: "
                f"shorten the context (--ctx), close other programs or pick a smaller pair")
     return MemoryEstimate(ram_need, report.ram_available, "RAM", fits, msg, ram_need, 0)
