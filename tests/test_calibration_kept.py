@@ -136,7 +136,7 @@ def test_a_pass_is_judged_by_the_share_of_cpu_time_its_threads_got():
     assert not calibration.disturbed(0.97)  # quiet, measured: 0.93-0.99
     assert calibration.disturbed(0.66)  # a busy loop on one of two cores
     assert not calibration.disturbed(0.85) and calibration.disturbed(0.849)
-    assert calibration.judged(0.005) and not calibration.judged(0.0049)  # tiny models: wake-ups dominate
+    assert calibration.judged(64 * 2**20) and not calibration.judged(64 * 2**20 - 1)  # tiny models: wake-ups dominate
 
 
 def test_the_median_is_of_the_undisturbed_passes_and_says_whether_there_were_enough():

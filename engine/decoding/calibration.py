@@ -31,14 +31,15 @@ _HEADER_BYTES = 1 << 20
 #: loop on one core, 0.5 with one on each). A busy machine does not only slow every size alike: two
 #: busy loops made V(8)/V(1) 3.3 where it is 6.5 quiet, and such a shape, kept, misprices every launch.
 QUIET_SHARE = 0.85
-#: Models whose single-token pass takes less than this are not judged: thread wake-ups and waits
-#: dominate such passes (the tests' tiny models: a 3-token pass got 0.3 of its one thread, quiet).
-JUDGED_PASS_S = 0.005
+#: Model files smaller than this are not judged: their passes last a millisecond or so, and thread
+#: wake-ups and waits dominate them (the tests' tiny models: a 3-token pass got 0.3 of its one thread,
+#: quiet). A size, not a time: a time would judge them on a busy machine and not on a quiet one.
+JUDGED_MIN_BYTES = 64 * 2**20
 
 
-def judged(single_pass_s: float) -> bool:
-    """Whether a model whose single-token pass takes `single_pass_s` has its passes judged."""
-    return single_pass_s >= JUDGED_PASS_S
+def judged(file_bytes: int) -> bool:
+    """Whether the passes of a model stored in `file_bytes` are judged by their share of CPU time."""
+    return file_bytes >= JUDGED_MIN_BYTES
 
 
 def disturbed(share: float) -> bool:

@@ -355,8 +355,7 @@ class Session:
 
         sizes = list(sizes) if model.can_trim else list(sizes[:1])
         passes: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
-        judge = model.cpu_bound  # whether shares say anything: decided on the smallest block's first passes
-        first: list[float] = []
+        judge = model.cpu_bound and calibration.judged(model.info.size)  # whether shares say anything
 
         def enough(n: int) -> bool:
             return calibration.undisturbed_median(passes[n], repeats)[1]
@@ -376,9 +375,6 @@ class Session:
                 t = time.perf_counter()
                 model.decode(self._repeated_probe(n), "all")
                 seconds = time.perf_counter() - t
-                if rep <= 1 and n == sizes[0]:
-                    first.append(seconds)
-                    judge = judge and (rep == 0 or calibration.judged(min(first)))
                 if rep:  # the first round of passes only warms up
                     passes[n].append((seconds, model.last_share if judge else 1.0))
                     calm = calm or not calibration.disturbed(passes[n][-1][1])
