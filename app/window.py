@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from engine import paths
 from app.chat.actions import MessageAction
+from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane
 from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
@@ -39,6 +40,7 @@ from app.chat.legend import Legend
 from app.models.model_bar import ModelBar
 from app.notice_bar import NoticeBar
 from app.history.records import Role
+from engine.errors import AttachmentError
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
 
@@ -76,6 +78,13 @@ class MainWindow(QMainWindow):
         self.act_compare.setToolTip("Run the last prompt again without a drafter and show both replies side by side")
         self.act_export_md = QAction("Export Markdown…", self)
         self.act_export_trace = QAction("Export trace (JSONL)…", self)
+        self.act_export_trace.setToolTip("Every branch of this chat with each reply's engine events (JSON Lines); "
+                                         "Import chat reads it back")
+        self.act_import = QAction("Import chat…", self)
+        self.act_import.setToolTip("Open a chat exported as JSON Lines (Export trace) as a new chat")
+        self.act_attach = QAction("Attach files…", self, shortcut=QKeySequence("Ctrl+Shift+A"))
+        self.act_attach.setToolTip("Add text, code or PDF files to your message (Ctrl+Shift+A; or drop or paste "
+                                   "them into the message box)")
         self.act_highlight = QAction("Highlight tokens", self, checkable=True)
         self.act_rejected = QAction("Show rejected drafts", self, checkable=True)
         self.act_rejected.setToolTip("Show what the drafter proposed, struck through, before each correction")
@@ -84,7 +93,7 @@ class MainWindow(QMainWindow):
         for a in (self.act_models, self.act_compare):
             tb.addAction(a)
         tb.addSeparator()
-        for a in (self.act_export_md, self.act_export_trace):
+        for a in (self.act_export_md, self.act_export_trace, self.act_import):
             tb.addAction(a)
         tb.addSeparator()
         for a in (self.act_highlight, self.act_rejected, self.chat_pane.act_details):
@@ -104,6 +113,11 @@ class MainWindow(QMainWindow):
         self.chat.setObjectName("chat_view")
         self.legend = Legend()
         self.input = InputBox()
+        self.attachments = AttachmentBar()
+        self.attach_button = QToolButton()
+        self.attach_button.setDefaultAction(self.act_attach)
+        self.attach_button.setObjectName("attach")
+        self.addAction(self.act_attach)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
         self.send_button.setDefault(True)
@@ -122,6 +136,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.first_run, 1)
         cl.addWidget(self.chat_pane, 1)
         cl.addWidget(self.legend)
+        cl.addWidget(self.attachments)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
@@ -130,7 +145,11 @@ class MainWindow(QMainWindow):
         row.addLayout(buttons)
         cl.addLayout(row)
         self.context_meter = ContextMeter()
-        cl.addWidget(self.context_meter, 0, Qt.AlignmentFlag.AlignRight)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.attach_button)
+        bottom.addStretch(1)
+        bottom.addWidget(self.context_meter)
+        cl.addLayout(bottom)
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.conversations)
@@ -167,7 +186,7 @@ class MainWindow(QMainWindow):
         for w, name in ((self.theme, "Theme"), (cv, "Chats"), (cv.list, "Chat list"), (cv.search, "Search chats"),
                         (cv.new_button, "New chat"), (cv.rename_button, "Rename chat"),
                         (cv.delete_button, "Delete chat"), (self.chat, "Conversation"), (self.input, "Message"),
-                        (self.send_button, "Send"), (self.stop_button, "Stop"),
+                        (self.send_button, "Send"), (self.stop_button, "Stop"), (self.attach_button, "Attach files"),
                         (self.progress, "Loading progress"), (self.status_label, "Status")):
             w.setAccessibleName(name)
 
@@ -210,7 +229,12 @@ class MainWindow(QMainWindow):
         c.sig_past_chats.connect(self.bar.sampling.show_past_chats)
         self.input.sig_submit.connect(self._send)
         self.input.sig_resend.connect(self._resend)
-        self.input.sig_editing.connect(lambda on: self.send_button.setText("Resend" if on else "Send"))
+        self.input.sig_editing.connect(self._editing)
+        self.input.sig_files.connect(self.attachments.add_paths)
+        self.input.sig_refused.connect(self._refused_file)
+        self.attachments.sig_refused.connect(self._refused_file)
+        self.act_attach.triggered.connect(self.pick_files)
+        self.act_import.triggered.connect(self.import_chat)
         self.chat.action_requested.connect(self._message_action)
         c.sig_messages.connect(self._path_changed)
         self.send_button.clicked.connect(lambda: self._send(self.input.toPlainText()))
@@ -264,8 +288,45 @@ class MainWindow(QMainWindow):
     def _send(self, text: str) -> None:
         if self.input.editing is not None:
             self._resend(self.input.editing, text)
-        elif self.controller.send(text):
+            return
+        files = self._attached()
+        if files is not None and self.controller.send(text, files):
             self.input.clear()
+            self.attachments.clear()
+
+    def _attached(self):
+        """The attached files as they are now, or None (and a notice) when one cannot be sent."""
+        waiting = self.attachments.reading
+        if waiting:
+            self.notice.show_notice(Notice(f"{waiting[0]} is still being read; send again in a moment.", Level.INFO))
+            return None
+        try:
+            return self.attachments.attachments()
+        except AttachmentError as exc:
+            self.notice.show_notice(Notice(f"{exc}. Nothing was sent.", Level.WARNING))
+            return None
+
+    def _refused_file(self, why: str) -> None:
+        self.notice.show_notice(Notice(why, Level.WARNING))
+
+    def _editing(self, on: bool) -> None:
+        self.send_button.setText("Resend" if on else "Send")
+        if not on:
+            self.attachments.setEnabled(True)
+            self.act_attach.setEnabled(True)
+            self.attachments.end_edit()
+
+    def pick_files(self) -> None:
+        """Attach files chosen in the platform's file dialog."""
+        if not self.act_attach.isEnabled():
+            return
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", str(Path.home()),
+                                                "All files (*);;Text and code (*.txt *.md *.py *.js *.ts *.json *.csv "
+                                                "*.html *.css *.c *.h *.cpp *.rs *.go *.java *.toml *.yaml *.yml);;"
+                                                "PDF (*.pdf)")
+        if paths:
+            self.attachments.add_paths([Path(p) for p in paths])
+        self.input.setFocus()
 
     # -- one message's actions (links in the chat view) ------------------------------------------
     def _message_action(self, name: str, message_id: int) -> None:
@@ -278,14 +339,29 @@ class MainWindow(QMainWindow):
             c.regenerate(message_id, current=action == MessageAction.REGENERATE_CURRENT)
         elif action == MessageAction.EDIT:
             if c.can_edit(message_id):
-                self.input.begin_edit(message_id, c.message(message_id).content)
+                m = c.message(message_id)
+                reply = m.role == Role.ASSISTANT
+                self.attachments.begin_edit(None if reply else m.attachments)
+                self.attachments.setEnabled(not reply)  # a reply has no files
+                self.input.begin_edit(message_id, m.text, reply=reply)
+                self.act_attach.setEnabled(not reply)
+        elif action == MessageAction.CONTINUE:
+            c.continue_reply(message_id)
+        elif action == MessageAction.FORK:
+            c.fork(message_id)
         elif action == MessageAction.DELETE:
             self._confirm_delete_message(message_id)
         elif action in (MessageAction.PREVIOUS, MessageAction.NEXT):
             c.show_alternative(message_id, -1 if action == MessageAction.PREVIOUS else 1)
 
     def _resend(self, message_id: int, text: str) -> None:
-        if self.controller.resend_edit(message_id, text):
+        m = self.controller.message(message_id)
+        files = None
+        if m is not None and m.role == Role.USER:
+            files = self._attached()
+            if files is None:
+                return
+        if self.controller.resend_edit(message_id, text, files):
             self.input.end_edit()
 
     def _path_changed(self, _messages) -> None:
@@ -306,9 +382,11 @@ class MainWindow(QMainWindow):
                 return
         self.controller.delete_message(message_id)
 
-    def _restore_input(self, text: str) -> None:
+    def _restore_input(self, text: str, attachments=()) -> None:
         if not self.input.toPlainText().strip():
             self.input.setPlainText(text)
+        if attachments and not self.attachments.chips:
+            self.attachments.set_attachments(attachments)
 
     def _busy(self, busy: bool) -> None:
         self.send_button.setEnabled(not busy)
@@ -391,7 +469,12 @@ class MainWindow(QMainWindow):
     def export_trace(self) -> None:
         path, conv = self._export_target("Export trace as JSON Lines", ".jsonl", "JSON Lines (*.jsonl)")
         if path is not None:
-            self._write(lambda: write_trace(path, conv, self.controller.messages), path)
+            self._write(lambda: write_trace(path, conv, self.controller.chat_tree()), path)
+
+    def import_chat(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()), "JSON Lines (*.jsonl);;All files (*)")
+        if path:
+            self.controller.import_chat(Path(path))
 
     def _write(self, write, path: Path) -> None:
         try:
