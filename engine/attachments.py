@@ -200,7 +200,8 @@ def fenced(a: Attachment) -> str:
     longest = max((len(m) for m in re.findall(r"`+", a.text)), default=0)
     fence = "`" * max(3, longest + 1)
     lang = "" if a.kind is AttachmentKind.PDF else language_of(a.name)
-    return f"{a.name}\n{fence}{lang}\n{a.text}\n{fence}"
+    body = a.text[:-1] if a.text.endswith("\n") else a.text  # a file's last newline ends its last line, not more
+    return f"{a.name}\n{fence}{lang}\n{body}\n{fence}"
 
 
 def user_content(text: str, attachments: Sequence[Attachment]) -> str:
