@@ -141,7 +141,7 @@ class AttachmentBar(QWidget):
             return
         self._remove(chip)
         why = str(exc) if isinstance(exc, AttachmentError) else f"{chip.name} could not be read: {exc}"
-        self.sig_refused.emit(why[:1].upper() + why[1:] + ".")
+        self.sig_refused.emit(why + ".")  # it starts with the file's name, as it is spelt
 
     # -- what the window asks -----------------------------------------------------------------------
     @property

@@ -72,7 +72,7 @@ def explain(exc: BaseException) -> Notice:
             action=Action.OPEN_MODELS,
         )
     if isinstance(exc, AttachmentTooLarge):
-        return Notice(f"{msg} Nothing was sent: remove the file (×) or attach the part you need, or raise the context "
+        return Notice(f"{msg} Nothing was sent: remove the file (✕) or attach the part you need, or raise the context "
                       "length in Models… › Hardware.", Level.WARNING)
     if isinstance(exc, AttachmentError):
         return Notice(f"{msg[:1].upper()}{msg[1:]}.", Level.WARNING)
