@@ -191,3 +191,45 @@ def test_a_request_too_long_says_how_many_tokens_it_needs(lookup_session):
     assert e.value.needed == len(s.target.tokenize(
         "<|im_start|>user\n" + "the model is fast " * 1500 + "<|im_end|>\n<|im_start|>assistant\n",
         add_special=False, parse_special=True)) + 1  # and BOS
+
+
+# -- the benchmark's prompt files -----------------------------------------------------------------------------------
+def test_benchmark_prompts_may_attach_files_read_as_the_app_gives_them(tmp_path):
+    import json
+
+    from engine.errors import EngineError
+    from engine.frontends.bench import load_prompts
+
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.py").write_text("x = 1\n")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "one", "category": "attached file edit", "messages": [
+        {"role": "user", "content": "Rename x.", "attachments": ["files/a.py"]},
+        {"role": "assistant", "content": "y = 1"},
+        {"role": "user", "content": "Thanks. Now z."}]}) + "\n")
+    (p,) = load_prompts(prompts)
+    assert p.messages == [{"role": "user", "content": "a.py\n```python\nx = 1\n```\n\nRename x."},
+                          {"role": "assistant", "content": "y = 1"}, {"role": "user", "content": "Thanks. Now z."}]
+    prompts.write_text(json.dumps({"category": "c", "messages": [
+        {"role": "user", "content": "q", "attachments": ["files/gone.txt"]}]}) + "\n")
+    with pytest.raises(EngineError, match=r"p.jsonl:1: gone.txt was not found"):
+        load_prompts(prompts)
+
+
+def test_the_benchmark_has_multi_turn_chats_about_attached_files_of_a_few_hundred_lines():
+    from engine.frontends.bench import load_prompts
+    from engine.paths import resources_dir
+
+    bench = resources_dir() / "bench"
+    chats = [c for c in load_prompts(bench / "chats.jsonl") if c.category.startswith("attached")]
+    assert sorted({c.category for c in chats}) == ["attached document QA", "attached file edit"]
+    assert all(len(c.messages) == 3 for c in chats) and len(chats) == 4
+    files = sorted((bench / "attachments").iterdir())
+    assert [f.name for f in files] == ["backup_runbook.md", "incident_review.txt", "inventory.py", "scheduler.js"]
+    assert all(len(f.read_text().splitlines()) >= 130 for f in files)
+    for c in chats:  # each file is in its chat's first question, fenced, as the app sends it
+        first = c.messages[0]["content"]
+        name = first.split("\n", 1)[0]
+        assert (bench / "attachments" / name).read_text().rstrip("\n") in first
+    singles = [p for p in load_prompts(bench / "prompts.jsonl") if p.category.startswith("attached")]
+    assert sorted(p.category for p in singles) == ["attached_document_qa", "attached_file_edit"]
