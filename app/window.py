@@ -233,6 +233,7 @@ class MainWindow(QMainWindow):
         self.input.sig_files.connect(self.attachments.add_paths)
         self.input.sig_refused.connect(self._refused_file)
         self.attachments.sig_refused.connect(self._refused_file)
+        self.attachments.sig_changed.connect(lambda: setattr(self.input, "files_attached", bool(self.attachments.chips)))
         self.act_attach.triggered.connect(self.pick_files)
         self.act_import.triggered.connect(self.import_chat)
         self.chat.action_requested.connect(self._message_action)

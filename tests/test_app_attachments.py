@@ -152,6 +152,13 @@ def test_the_attach_action_adds_the_files_chosen_in_the_dialog(qtbot, tiny, isol
     assert [c.name for c in chips_read(qtbot, w, 2)] == ["a.txt", "b.txt"]
     qtbot.mouseClick(w.attach_button, Qt.MouseButton.LeftButton)  # the button: the same action
     assert asked == ["Attach files", "Attach files"] and len(chips_read(qtbot, w, 4)) == 4
+    for chip in w.attachments.chips[2:]:
+        qtbot.mouseClick(chip.remove, Qt.MouseButton.LeftButton)
+    sent = requests(w)
+    assert w.input.toPlainText() == ""
+    send_and_wait(qtbot, w)  # files and no words: Enter sends them
+    assert sent[-1].messages == ({"role": "user", "content": "a.txt\n```\nalpha\n```\n\nb.txt\n```\nbeta\n```"},)
+    assert w.controller.current_conversation().title == "a.txt"
 
 
 def test_images_binary_files_and_bad_pdfs_are_refused_with_a_reason_and_nothing_typed_is_lost(

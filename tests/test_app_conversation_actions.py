@@ -312,3 +312,38 @@ def test_a_file_that_is_not_a_chat_export_is_refused_and_nothing_is_imported(qtb
     assert w.notice.text().startswith(f"Could not import bad.jsonl: {said}") and "Nothing was imported." in \
         w.notice.text()
     assert rows("SELECT COUNT(*) FROM conversations") == before
+
+
+def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
+    from app.history.reply_stats import joined_stats
+    from engine.decoding.events import RoundEvent, Stats
+
+    def part(tokens, rounds, drafted, accepted, tps, plain, modes, **kw):
+        base = dict(tokens=tokens, rounds=rounds, drafted=drafted, accepted=accepted, acceptance_rate=0.0,
+                    mean_accepted_per_round=0.0, tokens_per_round=0.0, acceptance_by_position=(), target_passes=rounds,
+                    drafter_passes=0, prompt_tokens=40, prompt_tokens_reused=0, ttft_s=0.5, tokens_per_s=tps,
+                    itl_p50_s=0.1, itl_p95_s=0.3, wall_s=3.0, prefill_s=0.5, draft_s=0.0, verify_s=2.0, python_s=0.1,
+                    estimated_plain_tokens_per_s=plain, estimated_speedup=tps / plain, draft_mode="auto",
+                    rounds_by_drafter=modes)
+        return Stats(**{**base, **kw})
+
+    def rnd(n, drafted, accepted):
+        return RoundEvent(n, len(drafted), tuple(drafted), tuple("x" for _ in drafted), accepted,
+                          tuple(drafted[accepted:]), (), accepted + 1, 0.0, 0.1, "lookup" if drafted else "none", 1.0, None)
+
+    # 10 tokens at 5/s (2 s), then 10 at 10/s (1 s); plain would have taken 10/4 + 10/5 = 4.5 s.
+    first = part(10, 6, 6, 3, 5.0, 4.0, {"lookup": 3, "none": 3}, prompt_tokens_reused=0)
+    then = part(10, 4, 8, 6, 10.0, 5.0, {"lookup": 3, "none": 1}, prompt_tokens=52, prompt_tokens_reused=51,
+                itl_p95_s=0.5, note="dropped the 2 oldest messages to fit the context")
+    rounds = [rnd(1, [1, 2], 1), rnd(2, [1, 2], 2), rnd(3, [], 0), rnd(4, [5, 6, 7, 8], 0)]
+    s = joined_stats(first, then, rounds)
+    assert (s.tokens, s.rounds, s.drafted, s.accepted, s.target_passes) == (20, 10, 14, 9, 10)
+    assert s.acceptance_rate == 9 / 14 and s.mean_accepted_per_round == 9 / 6 and s.tokens_per_round == 2.0
+    assert s.tokens_per_s == pytest.approx(20 / 3) and s.estimated_plain_tokens_per_s == pytest.approx(20 / 4.5)
+    assert s.estimated_speedup == pytest.approx(4.5 / 3)
+    # Position 1 is tried by every drafting round (3; kept in rounds 1 and 2), position 2 after a kept
+    # position 1 (rounds 1 and 2; kept in round 2).
+    assert s.acceptance_by_position == (2 / 3, 1 / 2)
+    assert s.rounds_by_drafter == {"lookup": 6, "none": 4}
+    assert (s.prompt_tokens, s.prompt_tokens_reused, s.ttft_s) == (40, 0, 0.5)  # the first part's
+    assert (s.wall_s, s.itl_p95_s, s.note) == (6.0, 0.5, "dropped the 2 oldest messages to fit the context")

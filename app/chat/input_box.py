@@ -49,6 +49,8 @@ class InputBox(QPlainTextEdit):
         self.setMinimumHeight(48)
         self.editing: int | None = None
         """The id of the message being edited, or None."""
+        self.files_attached = False
+        """Files are attached to the message being written: Enter sends it with no words too."""
         self._draft = ""
         self.banner = QLabel(EDIT_HINT, self)
         self.banner.setObjectName("edit_banner")
@@ -130,7 +132,7 @@ class InputBox(QPlainTextEdit):
                              | Qt.KeyboardModifier.AltModifier)
         ):
             text = self.toPlainText()
-            if text.strip():
+            if text.strip() or self.files_attached:
                 if self.editing is not None:
                     self.sig_resend.emit(self.editing, text)
                 else:

@@ -27,12 +27,12 @@ from app.history.store import ChatStore, StoreError
 TITLE_CHARS = 48
 
 
+FORK_MARK = " (fork)"
+
+
 def fork_title(title: str) -> str:
     """A fork's title: the original's, marked (a fork of a fork is not marked twice)."""
     return title if title.endswith(FORK_MARK) else title + FORK_MARK
-
-
-FORK_MARK = " (fork)"
 
 
 def title_of(text: str) -> str:

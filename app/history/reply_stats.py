@@ -224,7 +224,8 @@ def _paced(s: StatsSnapshot, x: float) -> Verdict:
 def joined_stats(first: Stats, then: Stats, rounds: list[RoundEvent]) -> Stats:
     """The totals of a reply written in two parts (Continue): counts and times added, rates of the whole,
     acceptance by position from every round of both parts. The prompt, the time to the first token and
-    what Auto knew at the start are the first part's; the mode and certainty the later part's."""
+    what Auto knew at the start are the first part's; the mode and certainty the later part's; the gaps
+    between tokens (median, 95th percentile) the larger of the two parts' (their tokens' times are gone)."""
     def per_s(tokens: int, rate: float | None) -> float:
         return tokens / rate if rate else 0.0
 
