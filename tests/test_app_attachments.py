@@ -101,6 +101,7 @@ def test_a_dropped_file_is_a_chip_the_model_reads_it_and_it_is_kept_with_the_cha
     assert rows("SELECT message_id, idx, name, size, kind, text FROM attachments") == [
         (question.id, 0, "totals.py", 34, "text", CODE)]
     assert "📎 totals.py · 34 bytes" in w.chat.toPlainText()
+    assert [c.id for c in w.controller.store.conversations("totals.p")] == [w.controller.current_id]  # found by name
     w.close()
     again = open_window(qtbot)  # a restart reads it back
     q = again.controller.messages[0]
