@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import paths
+from engine.errors import AttachmentError
 from app.chat.actions import MessageAction
 from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane
@@ -40,7 +41,6 @@ from app.chat.legend import Legend
 from app.models.model_bar import ModelBar
 from app.notice_bar import NoticeBar
 from app.history.records import Role
-from engine.errors import AttachmentError
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
 
@@ -233,7 +233,7 @@ class MainWindow(QMainWindow):
         self.input.sig_files.connect(self.attachments.add_paths)
         self.input.sig_refused.connect(self._refused_file)
         self.attachments.sig_refused.connect(self._refused_file)
-        self.attachments.sig_changed.connect(lambda: setattr(self.input, "files_attached", bool(self.attachments.chips)))
+        self.attachments.sig_changed.connect(lambda: setattr(self.input, "files_attached", self.attachments.any))
         self.act_attach.triggered.connect(self.pick_files)
         self.act_import.triggered.connect(self.import_chat)
         self.chat.action_requested.connect(self._message_action)
@@ -297,10 +297,6 @@ class MainWindow(QMainWindow):
 
     def _attached(self):
         """The attached files as they are now, or None (and a notice) when one cannot be sent."""
-        waiting = self.attachments.reading
-        if waiting:
-            self.notice.show_notice(Notice(f"{waiting[0]} is still being read; send again in a moment.", Level.INFO))
-            return None
         try:
             return self.attachments.attachments()
         except AttachmentError as exc:
@@ -319,14 +315,8 @@ class MainWindow(QMainWindow):
 
     def pick_files(self) -> None:
         """Attach files chosen in the platform's file dialog."""
-        if not self.act_attach.isEnabled():
-            return
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", str(Path.home()),
-                                                "All files (*);;Text and code (*.txt *.md *.py *.js *.ts *.json *.csv "
-                                                "*.html *.css *.c *.h *.cpp *.rs *.go *.java *.toml *.yaml *.yml);;"
-                                                "PDF (*.pdf)")
-        if paths:
-            self.attachments.add_paths([Path(p) for p in paths])
+        if self.act_attach.isEnabled():
+            self.attachments.pick(self)
         self.input.setFocus()
 
     # -- one message's actions (links in the chat view) ------------------------------------------
@@ -473,7 +463,8 @@ class MainWindow(QMainWindow):
             self._write(lambda: write_trace(path, conv, self.controller.chat_tree()), path)
 
     def import_chat(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()), "JSON Lines (*.jsonl);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()),
+                                              "JSON Lines (*.jsonl);;All files (*)")
         if path:
             self.controller.import_chat(Path(path))
 

@@ -102,8 +102,8 @@ def read_attachment(path: str | Path) -> Attachment:
     if st.st_size > MAX_TEXT_BYTES:
         raise _too_big(name, st.st_size, MAX_TEXT_BYTES)
     if suffix in _OFFICE_SUFFIXES or head.startswith(b"PK\x03\x04"):
-        raise AttachmentError(f"{name} is a {'document in an office format' if suffix in _OFFICE_SUFFIXES else 'ZIP archive'}, "
-                              "not text: save or export it as PDF or plain text, and attach that")
+        what = "document in an office format" if suffix in _OFFICE_SUFFIXES else "ZIP archive"
+        raise AttachmentError(f"{name} is a {what}, not text: save or export it as PDF or plain text, and attach that")
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from engine.attachments import Attachment, human_size, read_attachment
 from engine.errors import AttachmentError
@@ -24,6 +24,8 @@ from app.core.background import run_in_background
 
 NAME_CHARS = 32
 """A chip shows this much of a long name (all of it in its tooltip)."""
+FILE_FILTER = ("All files (*);;Text and code (*.txt *.md *.py *.js *.ts *.json *.csv *.html *.css *.c *.h *.cpp *.rs "
+               "*.go *.java *.toml *.yaml *.yml);;PDF (*.pdf)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,18 @@ class AttachmentBar(QWidget):
         why = str(exc) if isinstance(exc, AttachmentError) else f"{chip.name} could not be read: {exc}"
         self.sig_refused.emit(why + ".")  # it starts with the file's name, as it is spelt
 
+    def pick(self, parent: QWidget) -> None:
+        """Attach the files chosen in the platform's file dialog."""
+        paths, _ = QFileDialog.getOpenFileNames(parent, "Attach files", str(Path.home()), FILE_FILTER)
+        if paths:
+            self.add_paths([Path(p) for p in paths])
+
     # -- what the window asks -----------------------------------------------------------------------
+    @property
+    def any(self) -> bool:
+        """Files are attached (read or being read)."""
+        return bool(self.chips)
+
     @property
     def reading(self) -> list[str]:
         """Names of the files still being read."""
@@ -153,7 +166,10 @@ class AttachmentBar(QWidget):
         return [c.file for c in self.chips if c.file is not None]
 
     def attachments(self) -> tuple[Attachment, ...]:
-        """The files to send, each as it is now (AttachmentError: one was moved, deleted or spoiled meanwhile)."""
+        """The files to send, each as it is now (AttachmentError: one is still being read, or was moved,
+        deleted or spoiled meanwhile)."""
+        if self.reading:
+            raise AttachmentError(f"{self.reading[0]} is still being read: send again in a moment")
         fresh = [as_sent(f) for f in self.files()]
         for chip, f in zip([c for c in self.chips if c.file is not None], fresh):
             if f is not chip.file:

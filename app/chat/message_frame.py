@@ -94,7 +94,8 @@ def _preview(a: Attachment) -> str:
     lines = a.text.splitlines()
     head = "\n".join(line[:100] for line in lines[:12])
     more = f"\n… {len(lines) - 12:,} more lines" if len(lines) > 12 else ""
-    return f"{a.name} ({'PDF, ' if a.kind is AttachmentKind.PDF else ''}{human_size(a.size)}, {len(lines):,} lines)\n\n{head}{more}"
+    kind = "PDF, " if a.kind is AttachmentKind.PDF else ""
+    return f"{a.name} ({kind}{human_size(a.size)}, {len(lines):,} lines)\n\n{head}{more}"
 
 
 def write_end(w: ReplyWriter, m: Message, actions: bool, last: bool = False) -> None:
@@ -152,7 +153,8 @@ def _write_links(w: ReplyWriter, m: Message, links, unanswered: bool = False) ->
             w.insert(_SEP, f.small)
         href = app_href(LinkKind.COPY, m.id) if name == COPY else app_href(LinkKind.ACTION, MessageAction(name).value, m.id)
         tip = (_RETRY_TIP if unanswered and name == MessageAction.REGENERATE
-               else _REPLY_EDIT_TIP if name == MessageAction.EDIT and m.role == Role.ASSISTANT else _LINK_TIPS.get(name, ""))
+               else _REPLY_EDIT_TIP if name == MessageAction.EDIT and m.role == Role.ASSISTANT
+               else _LINK_TIPS.get(name, ""))
         w.insert(label, f.link(href, tip))
 
 

@@ -319,7 +319,8 @@ class ChatController(QObject):
         if m is None:
             return False
         if m.role == Role.ASSISTANT and not m.finished:
-            self.sig_notice.emit(Notice("This reply is not finished: continue or stop it before editing it.", Level.INFO))
+            self.sig_notice.emit(Notice("This reply is not finished: continue or stop it before editing it.",
+                                        Level.INFO))
             return False
         return True
 

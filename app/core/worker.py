@@ -304,7 +304,8 @@ class EngineWorker(QObject):
                 self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
 
 
-def _too_large(session: Session, attachments: tuple[Attachment, ...], exc: ContextFullError) -> AttachmentTooLarge | None:
+def _too_large(session: Session, attachments: tuple[Attachment, ...],
+               exc: ContextFullError) -> AttachmentTooLarge | None:
     """The question does not fit the context and files came with it: name the largest, with its real token
     count (the target's tokenizer, on the text as the model would read it). None: no files came."""
     if not attachments:

@@ -331,7 +331,8 @@ class Session:
         return [(n, statistics.median(ts)) for n, ts in times.items()]
 
     # -- prompts ----------------------------------------------------------------
-    def render(self, messages: Sequence[dict[str, str]], reserve: int = 0, reply_prefix: Sequence[int] = ()) -> RenderedPrompt:
+    def render(self, messages: Sequence[dict[str, str]], reserve: int = 0,
+               reply_prefix: Sequence[int] = ()) -> RenderedPrompt:
         """Chat template, then tokens; drops the oldest exchanges by the module's rule. `reply_prefix`:
         the start of the assistant's reply, already written (Continue): the prompt ends with it, so the
         reply goes on from there and a cache that holds it is reused whole."""
