@@ -13,13 +13,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import json  # noqa: E402
 import sqlite3  # noqa: E402
-import threading  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QToolBar  # noqa: E402
 from test_app_chat_view import anchor_position, click_link  # noqa: E402
-from test_app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
+                              open_window, send)
 
 from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.app_links import LinkKind, href  # noqa: E402
@@ -27,7 +27,7 @@ from app.chat.input_box import EDIT_REPLY_HINT  # noqa: E402
 from app.history.records import Role  # noqa: E402
 from app.history.store import ChatStore, database_path  # noqa: E402
 from engine.attachments import Attachment, AttachmentKind  # noqa: E402
-from engine.decoding.events import DoneEvent, FinishReason, TokenEvent  # noqa: E402
+from engine.decoding.events import DoneEvent, FinishReason  # noqa: E402
 
 
 def link(action: MessageAction, message_id: int) -> str:
@@ -63,20 +63,23 @@ def requests(w) -> list:
     return got
 
 
+def window_with_a_file(qtbot, path, text: str):
+    """The window, with a file of this text attached to the message being written."""
+    path.write_text(text)
+    w = open_window(qtbot)
+    w.attachments.add_paths([path])
+    qtbot.waitUntil(lambda: bool(w.attachments.files()), timeout=10_000)
+    return w
+
+
 def stopped_reply(qtbot, w):
     """Send PROMPT and press Stop while round 1 is held; the stopped reply."""
-    gate, first = threading.Event(), threading.Event()
-
-    def hold(_rid, event):  # on the engine thread: hold it inside round 1 until Stop is pressed
-        if isinstance(event, TokenEvent) and not first.is_set():
-            first.set()
-            gate.wait(20)
-
-    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    gate, hold = hold_after_first_token(w)  # the engine thread waits inside round 1 until Stop is pressed
     try:
         w.input.setPlainText(PROMPT)
         qtbot.keyClick(w.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(first.is_set, timeout=REPLY_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: w.controller.chat_reply is not None and bool(w.controller.chat_reply.message.tokens),
+                        timeout=REPLY_TIMEOUT_MS)
         with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as blocker:
             qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
             gate.set()
@@ -178,11 +181,7 @@ def test_an_edited_reply_is_kept_beside_the_original_and_is_what_the_model_reads
 # -- Fork ---------------------------------------------------------------------------------------------------------
 def test_fork_opens_a_new_chat_holding_the_conversation_up_to_that_message(qtbot, tiny, isolated_home, tmp_path):
     install_tiny(tiny, isolated_home, max_tokens=8)
-    code = tmp_path / "a.py"
-    code.write_text("x = 1\n")
-    w = open_window(qtbot)
-    w.attachments.add_paths([code])
-    qtbot.waitUntil(lambda: bool(w.attachments.files()), timeout=10_000)
+    w = window_with_a_file(qtbot, tmp_path / "a.py", "x = 1\n")
     r1 = send(qtbot, w, "first question")
     send(qtbot, w, "second question")
     original = w.controller.current_id
@@ -222,11 +221,7 @@ def shape(store: ChatStore, conv_id: int) -> list[tuple]:
 def test_export_writes_every_branch_and_import_gives_the_same_tree_back(qtbot, tiny, isolated_home, tmp_path,
                                                                        monkeypatch):
     install_tiny(tiny, isolated_home, max_tokens=10)
-    notes = tmp_path / "notes.md"
-    notes.write_text("# Plan\n\n- one\n- two\n")
-    w = open_window(qtbot)
-    w.attachments.add_paths([notes])
-    qtbot.waitUntil(lambda: bool(w.attachments.files()), timeout=10_000)
+    w = window_with_a_file(qtbot, tmp_path / "notes.md", "# Plan\n\n- one\n- two\n")
     r1 = send(qtbot, w, "first question")
     click_and_wait(qtbot, w, MessageAction.REGENERATE_CURRENT, r1.id)  # a second reply beside the first
     send(qtbot, w, "second question")

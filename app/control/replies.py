@@ -231,12 +231,10 @@ class Replies(QObject):
         `attachments` (None: the original's)."""
         text = text.strip()
         convs = self.conversations
-        i = convs.find(message_id)
-        if i is None:
-            self.sig_notice.emit(Notice("The message being edited is not shown any more; the edit was not sent.",
-                                        Level.WARNING))
+        old = self._being_edited(message_id, "the edit was not sent")
+        if old is None:
             return False
-        old = convs.messages[i]
+        i = convs.messages.index(old)
         files = old.attachments if attachments is None else tuple(attachments)
         if not (text or files) or old.role != Role.USER or not self._can_start():
             return False
@@ -255,13 +253,8 @@ class Replies(QObject):
         """The edited text of a reply, kept beside it as a new alternative (nothing is generated); the original
         stays one step back."""
         convs = self.conversations
-        i = convs.find(message_id)
-        if i is None:
-            self.sig_notice.emit(Notice("The reply being edited is not shown any more; the edit was not saved.",
-                                        Level.WARNING))
-            return False
-        old = convs.messages[i]
-        if old.role != Role.ASSISTANT or not text.strip() or self.busy or self.closed:
+        old = self._being_edited(message_id, "the edit was not saved")
+        if old is None or old.role != Role.ASSISTANT or not text.strip() or self.busy or self.closed:
             return False
         try:
             self.store.add_message(convs.current_id, Role.ASSISTANT, text, old.target, old.drafter,
@@ -273,6 +266,14 @@ class Replies(QObject):
         convs.reload()
         convs.emit_list()
         return True
+
+    def _being_edited(self, message_id: int, outcome: str) -> Message | None:
+        """The message of the shown path an edit is for; None (and a notice ending in `outcome`) when it left."""
+        i = self.conversations.find(message_id)
+        if i is None:
+            self.sig_notice.emit(Notice(f"The message being edited is not shown any more; {outcome}.", Level.WARNING))
+            return None
+        return self.conversations.messages[i]
 
     def continue_reply(self, message_id: int) -> bool:
         """Go on writing a reply that was stopped or cut at the max tokens limit (the last message shown), with
