@@ -336,6 +336,7 @@ class MainWindow(QMainWindow):
                 self.attachments.setEnabled(not reply)  # a reply has no files
                 self.input.begin_edit(message_id, m.text, reply=reply)
                 self.act_attach.setEnabled(not reply)
+                self.send_button.setText("Save" if reply else "Resend")
         elif action == MessageAction.CONTINUE:
             c.continue_reply(message_id)
         elif action == MessageAction.FORK:

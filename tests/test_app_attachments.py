@@ -89,7 +89,7 @@ def test_a_dropped_file_is_a_chip_the_model_reads_it_and_it_is_kept_with_the_cha
     assert drop(w, code)
     (chip,) = chips_read(qtbot, w, 1)
     assert w.attachments.isVisible() and chip.isVisible()
-    assert chip.label.text() == "📄 totals.py · 34 bytes"
+    assert chip.label.text() == "totals.py · 34 bytes"
     assert w.input.toPlainText() == ""  # the file is attached, not its path typed
     sent = requests(w)
     w.input.setPlainText(QUESTION)
@@ -100,12 +100,12 @@ def test_a_dropped_file_is_a_chip_the_model_reads_it_and_it_is_kept_with_the_cha
     assert question.content == QUESTION and [a.name for a in question.attachments] == ["totals.py"]
     assert rows("SELECT message_id, idx, name, size, kind, text FROM attachments") == [
         (question.id, 0, "totals.py", 34, "text", CODE)]
-    assert "📎 totals.py · 34 bytes" in w.chat.toPlainText()
+    assert "Attached   totals.py · 34 bytes " in w.chat.toPlainText()
     assert [c.id for c in w.controller.store.conversations("totals.p")] == [w.controller.current_id]  # found by name
     w.close()
     again = open_window(qtbot)  # a restart reads it back
     q = again.controller.messages[0]
-    assert q.attachments[0].text == CODE and "📎 totals.py · 34 bytes" in again.chat.toPlainText()
+    assert q.attachments[0].text == CODE and "Attached   totals.py · 34 bytes " in again.chat.toPlainText()
     # The next question's history gives the file again, as the first time.
     sent = requests(again)
     again.input.setPlainText("And now?")

@@ -154,7 +154,7 @@ def test_an_edited_reply_is_kept_beside_the_original_and_is_what_the_model_reads
     w.input.setPlainText("half typed")
     click_link(qtbot, w.chat, link(MessageAction.EDIT, reply.id))
     assert w.input.editing == reply.id and w.input.toPlainText() == reply.text
-    assert w.input.banner.text() == EDIT_REPLY_HINT and not w.act_attach.isEnabled()
+    assert w.input.banner.text() == EDIT_REPLY_HINT and not w.act_attach.isEnabled() and w.send_button.text() == "Save"
     w.input.setPlainText("A better answer, written by hand.")
     qtbot.keyClick(w.input, Qt.Key.Key_Return)
     edited = w.controller.messages[1]
@@ -163,6 +163,9 @@ def test_an_edited_reply_is_kept_beside_the_original_and_is_what_the_model_reads
     assert edited.parent_id == question.id and edited.finish_reason is FinishReason.STOP
     assert "Edited by you" in w.chat.toPlainText() and "A better answer, written by hand." in w.chat.toPlainText()
     assert w.input.editing is None and w.input.toPlainText() == "half typed" and w.act_attach.isEnabled()
+    assert w.send_button.text() == "Send"
+    # The stats panel has no numbers for an edit (not zeros, as if a reply were waiting for its first round).
+    assert w.stats.snapshot is None and w.stats.fields["tokens"].text() == "–"
     assert rows("SELECT COUNT(*) FROM messages WHERE role='assistant'") == [(2,)]
     sent = requests(w)
     w.input.clear()
@@ -188,13 +191,13 @@ def test_fork_opens_a_new_chat_holding_the_conversation_up_to_that_message(qtbot
     title = w.controller.current_conversation().title
     click_link(qtbot, w.chat, link(MessageAction.FORK, r1.id))
     forked = w.controller.current_id
-    assert forked != original and w.controller.current_conversation().title == f"{title} (fork)"
+    assert forked != original and w.controller.current_conversation().title == f"Fork: {title}"
     got = w.controller.messages
     assert [(m.role, m.text) for m in got] == [(Role.USER, "first question"), (Role.ASSISTANT, r1.text)]
     assert got[0].attachments == (Attachment("a.py", 6, AttachmentKind.TEXT, "x = 1\n"),)
     assert ids(got[1]) == ids(r1) and got[1].stats == r1.stats and got[1].id != r1.id
     lst = w.conversations.list
-    assert sorted(lst.item(i).text() for i in range(lst.count())) == sorted([title, f"{title} (fork)"])
+    assert sorted(lst.item(i).text() for i in range(lst.count())) == sorted([title, f"Fork: {title}"])
     assert len(ChatStore().messages(original)) == 4  # the original is as it was
     send(qtbot, w, "a different second question")  # the fork goes its own way
     assert [m.text for m in ChatStore().messages(original)][2] == "second question"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QStyle, QToolButton, QWidget
 
 from engine.attachments import Attachment, human_size, read_attachment
 from engine.errors import AttachmentError
@@ -66,7 +66,7 @@ def as_sent(p: PickedFile) -> PickedFile:
 
 
 class AttachmentChip(QFrame):
-    """One file: '📄 name · 12.3 KB' and a ✕ that removes it."""
+    """One file: a file icon, 'name · 12.3 KB', and a ✕ that removes it."""
 
     sig_remove = Signal(object)
     """✕ was clicked (the chip)."""
@@ -79,7 +79,10 @@ class AttachmentChip(QFrame):
         """None while the file is being read."""
         self.name = name
         short = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
-        self.label = QLabel(f"📄 {short} · reading…")
+        icon = QLabel()
+        size = self.fontMetrics().height()
+        icon.setPixmap(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon).pixmap(size, size))
+        self.label = QLabel(f"{short} · reading…")
         self.remove = QToolButton()
         self.remove.setText("✕")
         self.remove.setAutoRaise(True)
@@ -89,6 +92,7 @@ class AttachmentChip(QFrame):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(6, 1, 1, 1)
         lay.setSpacing(2)
+        lay.addWidget(icon)
         lay.addWidget(self.label)
         lay.addWidget(self.remove)
         self._short = short
@@ -97,7 +101,7 @@ class AttachmentChip(QFrame):
         self.file = f
         a = f.attachment
         lines = a.text.count("\n") + 1
-        self.label.setText(f"📄 {self._short} · {human_size(a.size)}")
+        self.label.setText(f"{self._short} · {human_size(a.size)}")
         where = f"\n{f.path}" if f.path is not None else ""
         self.setToolTip(f"{a.name}{where}\n{human_size(a.size)}, {lines:,} lines of text; the model reads it before "
                         "your message")

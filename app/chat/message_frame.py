@@ -77,17 +77,19 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
 
 
 def write_attachments(w: ReplyWriter, m: Message) -> None:
-    """A question's attached files, one line: name and size of each (its first lines in the tooltip)."""
+    """A question's attached files, one line: 'Attached', then the name and size of each (its first lines
+    in the tooltip)."""
     if not m.attachments:
         return
     f = w.formats
     bf = QTextBlockFormat()
     bf.setBottomMargin(2)
     w.start_block(bf)
+    w.insert("Attached  ", f.small)
     for i, a in enumerate(m.attachments):
         if i:
-            w.insert("   ", f.small)
-        w.insert(f" 📎 {a.name} · {human_size(a.size)} ", _with_tip(f.chip("neutral", ""), _preview(a)))
+            w.insert("  ", f.small)
+        w.insert(f" {a.name} · {human_size(a.size)} ", _with_tip(f.chip("neutral", ""), _preview(a)))
 
 
 def _preview(a: Attachment) -> str:

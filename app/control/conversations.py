@@ -27,12 +27,13 @@ from app.history.store import ChatStore, StoreError
 TITLE_CHARS = 48
 
 
-FORK_MARK = " (fork)"
+FORK_MARK = "Fork: "
 
 
 def fork_title(title: str) -> str:
-    """A fork's title: the original's, marked (a fork of a fork is not marked twice)."""
-    return title if title.endswith(FORK_MARK) else title + FORK_MARK
+    """A fork's title: the original's, marked in front, where a narrow chat list still shows it (a fork of a
+    fork is not marked twice)."""
+    return title if title.startswith(FORK_MARK) else FORK_MARK + title
 
 
 def title_of(text: str) -> str:
@@ -285,7 +286,8 @@ class Conversations(QObject):
                     messages[i] = live.message
         self.messages = messages
         self.sig_messages.emit(messages)
-        last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT), None)
+        # The stats are a generated reply's: an edited one has none to show.
+        last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT and not m.edited), None)
         if last is None:
             self.sig_stats.emit(None, "This reply")
         elif live is not None and live.message is last:
