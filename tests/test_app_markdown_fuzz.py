@@ -8,7 +8,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
 from test_app_chat_view import make_view, reply, stats, user  # noqa: E402
 
 from app.chat.markdown_spans import Kind, parse  # noqa: E402
@@ -27,6 +27,7 @@ def chunked(pieces: list[str]) -> list[str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(PIECES, min_size=1, max_size=120), st.integers(1, 9))
+@example(pieces=["```", "  "], step=1)  # a fence whose info string is blanks (it raised IndexError)
 def test_the_live_view_survives_any_reply_and_ends_as_a_fresh_render(qtbot, pieces, step):
     pieces = chunked(pieces)
     v = make_view(qtbot)

@@ -379,7 +379,7 @@ class _Walker:
         content: str = tok.content
         if content.endswith("\n"):
             content = content[:-1]
-        language = (tok.info or "").split()[0] if tok.type == "fence" and tok.info else ""
+        language = tok.info.split()[0] if tok.type == "fence" and tok.info and tok.info.strip() else ""
         first = tok.map[0] + (1 if tok.type == "fence" else 0)
         lists, quote, item = tuple(self.lists), self.quote, self._take_item()
         skip = self.skip if self.top == self.base else 0
