@@ -22,12 +22,15 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSplitter,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from engine import paths
+from engine.errors import AttachmentError
 from app.chat.actions import MessageAction
+from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane
 from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
@@ -80,6 +83,7 @@ class MainWindow(QMainWindow):
         self.chat.setObjectName("chat_view")
         self.legend = Legend()
         self.input = InputBox()
+        self.attachments = AttachmentBar()
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
         self.send_button.setDefault(True)
@@ -98,8 +102,13 @@ class MainWindow(QMainWindow):
         self.act_new, self.act_models, self.act_compare = c.new, c.models, c.compare
         self.act_export_md, self.act_export_trace, self.act_highlight, self.act_rejected = (
             c.export_md, c.export_trace, c.highlight, c.rejected)
+        self.act_attach, self.act_import = c.attach, c.import_chat
+        self.attach_button = QToolButton()
+        self.attach_button.setDefaultAction(self.act_attach)
+        self.attach_button.setObjectName("attach")
         self.toolbar, self.toolbar_strip = overflow_toolbar("Toolbar", "main_toolbar", [
-            c.models, c.compare, None, c.export_md, c.export_trace, None, c.highlight, c.rejected, c.details])
+            c.models, c.compare, None, c.export_md, c.export_trace, c.import_chat, None, c.highlight, c.rejected,
+            c.details])
         self.addToolBar(self.toolbar)
         c.fill_menu_bar(self.menuBar(), self.toolbar)
 
@@ -110,6 +119,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.first_run, 1)
         cl.addWidget(self.chat_pane, 1)
         cl.addWidget(self.legend)
+        cl.addWidget(self.attachments)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
@@ -118,7 +128,11 @@ class MainWindow(QMainWindow):
         row.addLayout(buttons)
         cl.addLayout(row)
         self.context_meter = ContextMeter()
-        cl.addWidget(self.context_meter, 0, Qt.AlignmentFlag.AlignRight)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.attach_button)
+        bottom.addStretch(1)
+        bottom.addWidget(self.context_meter)
+        cl.addLayout(bottom)
         self.notice.setParent(centre)  # floats over the chat's top edge: showing it moves nothing
         self.notice.float_over([self.chat_pane, self.first_run])
 
@@ -152,7 +166,7 @@ class MainWindow(QMainWindow):
         for w, name in ((cv, "Chats"), (cv.list, "Chat list"), (cv.search, "Search chats"),
                         (cv.new_button, "New chat"), (cv.rename_button, "Rename chat"),
                         (cv.delete_button, "Delete chat"), (self.chat, "Conversation"), (self.input, "Message"),
-                        (self.send_button, "Send"), (self.stop_button, "Stop"),
+                        (self.send_button, "Send"), (self.stop_button, "Stop"), (self.attach_button, "Attach files"),
                         (self.progress, "Loading progress"), (self.status_label, "Status")):
             w.setAccessibleName(name)
 
@@ -202,7 +216,13 @@ class MainWindow(QMainWindow):
         c.sig_past_chats.connect(self.bar.sampling.show_past_chats)
         self.input.sig_submit.connect(self._send)
         self.input.sig_resend.connect(self._resend)
-        self.input.sig_editing.connect(lambda on: self.send_button.setText("Resend" if on else "Send"))
+        self.input.sig_editing.connect(self._editing)
+        self.input.sig_files.connect(self.attachments.add_paths)
+        self.input.sig_refused.connect(self._refused_file)
+        self.attachments.sig_refused.connect(self._refused_file)
+        self.attachments.sig_changed.connect(lambda: setattr(self.input, "files_attached", self.attachments.any))
+        self.act_attach.triggered.connect(self.pick_files)
+        self.act_import.triggered.connect(self.import_chat)
         self.chat.action_requested.connect(self._message_action)
         c.sig_messages.connect(self._path_changed)
         self.send_button.clicked.connect(self.send_typed)
@@ -268,8 +288,35 @@ class MainWindow(QMainWindow):
     def _send(self, text: str) -> None:
         if self.input.editing is not None:
             self._resend(self.input.editing, text)
-        elif self.controller.send(text):
+            return
+        files = self._attached()
+        if files is not None and self.controller.send(text, files):
             self.input.clear()
+            self.attachments.clear()
+
+    def _attached(self):
+        """The attached files as they are now, or None (and a notice) when one cannot be sent."""
+        try:
+            return self.attachments.attachments()
+        except AttachmentError as exc:
+            self.notice.show_notice(Notice(f"{exc}. Nothing was sent.", Level.WARNING))
+            return None
+
+    def _refused_file(self, why: str) -> None:
+        self.notice.show_notice(Notice(why, Level.WARNING))
+
+    def _editing(self, on: bool) -> None:
+        self.send_button.setText("Resend" if on else "Send")
+        if not on:
+            self.attachments.setEnabled(True)
+            self.act_attach.setEnabled(True)
+            self.attachments.end_edit()
+
+    def pick_files(self) -> None:
+        """Attach files chosen in the platform's file dialog."""
+        if self.act_attach.isEnabled():
+            self.attachments.pick(self)
+        self.input.setFocus()
 
     # -- one message's actions (links in the chat view) ------------------------------------------
     def _message_action(self, name: str, message_id: int) -> None:
@@ -283,7 +330,17 @@ class MainWindow(QMainWindow):
             self.focus_input()
         elif action == MessageAction.EDIT:
             if c.can_edit(message_id):
-                self.input.begin_edit(message_id, c.message(message_id).content)
+                m = c.message(message_id)
+                reply = m.role == Role.ASSISTANT
+                self.attachments.begin_edit(None if reply else m.attachments)
+                self.attachments.setEnabled(not reply)  # a reply has no files
+                self.input.begin_edit(message_id, m.text, reply=reply)
+                self.act_attach.setEnabled(not reply)
+                self.send_button.setText("Save" if reply else "Resend")
+        elif action == MessageAction.CONTINUE:
+            c.continue_reply(message_id)
+        elif action == MessageAction.FORK:
+            c.fork(message_id)
         elif action == MessageAction.DELETE:
             self._confirm_delete_message(message_id)
             self.focus_input()
@@ -299,7 +356,13 @@ class MainWindow(QMainWindow):
         self._message_action(MessageAction.REGENERATE.value, last.id)
 
     def _resend(self, message_id: int, text: str) -> None:
-        if self.controller.resend_edit(message_id, text):
+        m = self.controller.message(message_id)
+        files = None
+        if m is not None and m.role == Role.USER:
+            files = self._attached()
+            if files is None:
+                return
+        if self.controller.resend_edit(message_id, text, files):
             self.input.end_edit()
 
     def _path_changed(self, _messages) -> None:
@@ -320,9 +383,11 @@ class MainWindow(QMainWindow):
                 return
         self.controller.delete_message(message_id)
 
-    def _restore_input(self, text: str) -> None:
+    def _restore_input(self, text: str, attachments=()) -> None:
         if not self.input.toPlainText().strip():
             self.input.setPlainText(text)
+        if attachments and not self.attachments.chips:
+            self.attachments.set_attachments(attachments)
 
     def _busy(self, busy: bool) -> None:
         self.send_button.setEnabled(not busy)
@@ -411,7 +476,13 @@ class MainWindow(QMainWindow):
     def export_trace(self) -> None:
         path, conv = self._export_target("Export trace as JSON Lines", ".jsonl", "JSON Lines (*.jsonl)")
         if path is not None:
-            self._write(lambda: write_trace(path, conv, self.controller.messages), path)
+            self._write(lambda: write_trace(path, conv, self.controller.chat_tree()), path)
+
+    def import_chat(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()),
+                                              "JSON Lines (*.jsonl);;All files (*)")
+        if path:
+            self.controller.import_chat(Path(path))
 
     def _write(self, write, path: Path) -> None:
         try:

@@ -20,6 +20,17 @@ class IncompatiblePairError(EngineError):
 class ContextFullError(EngineError):
     """The prompt, or the conversation, does not fit in the context window."""
 
+    def __init__(self, message: str, needed: int | None = None, holds: int | None = None) -> None:
+        super().__init__(message)
+        self.needed = needed
+        """Tokens the request needs, when known."""
+        self.holds = holds
+        """Tokens the context holds, when known."""
+
 
 class LoadCancelled(EngineError):
     """A model load was cancelled before it finished: nothing of it stays loaded."""
+
+
+class AttachmentError(EngineError):
+    """A file cannot be given to the model (an image, binary data, a damaged or protected PDF, too large...)."""

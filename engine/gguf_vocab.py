@@ -76,13 +76,14 @@ def check_vocab(name: str, buf: Any, meta: dict[str, Any], arrays: dict[str, tup
 
 
 def _texts(buf: Any, count: int, at: int):
-    """(index, text bytes) of each token as llama.cpp names it (an empty one is '[EMPTY_i]')."""
+    """(index, text bytes) of each token as llama.cpp names it: read as a C string, so up to its first NUL
+    ('<\x00x35>' is '<', the same as the token '<'), and an empty one is '[EMPTY_i]'."""
     unpack = struct.unpack_from
     for i in range(count):
         (n,) = unpack("<Q", buf, at)
-        text = bytes(buf[at + 8 : at + 8 + n]) if n else f"[EMPTY_{i}]".encode()
+        text = bytes(buf[at + 8 : at + 8 + n]).split(b"\0", 1)[0]
         at += 8 + n
-        yield i, text
+        yield i, text or f"[EMPTY_{i}]".encode()
 
 
 def _check_unique(name: str, buf: Any, count: int, at: int) -> None:

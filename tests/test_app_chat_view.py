@@ -283,10 +283,11 @@ def test_action_links_are_reachable_with_the_keyboard(qtbot):
     v.action_requested.connect(lambda name, mid: got.append((name, mid)))
     v.setFocus()
     seen = []
-    for _ in range(6):
+    for _ in range(8):
         qtbot.keyClick(v, Qt.Key.Key_Tab)  # from link to link, as in a browser
         seen.append(v.textCursor().selectedText())
-    assert seen == ["Copy", "Edit", "Delete", "Copy", "Copy", "Regenerate"]  # the 4th: the code block's
+    # The 5th: the code block's; the reply was stopped and is the last, so it can be continued.
+    assert seen == ["Copy", "Edit", "Fork", "Delete", "Copy", "Copy", "Continue", "Regenerate"]
     qtbot.keyClick(v, Qt.Key.Key_Return)
     assert got == [("regenerate", 2)]
 

@@ -137,7 +137,7 @@ def test_a_newer_schema_is_opened_read_only_and_never_changed(qtbot, tiny, isola
     db = sqlite3.connect(database_path(), isolation_level=None)
     db.execute("PRAGMA journal_mode=DELETE")  # so that any write by this version would show in the file
     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION + 1),))
-    db.execute("CREATE TABLE attachments (id INTEGER PRIMARY KEY, message_id INTEGER, data BLOB)")
+    db.execute("CREATE TABLE pictures (id INTEGER PRIMARY KEY, message_id INTEGER, data BLOB)")
     db.close()
     before = digest(database_path())
     install_tiny(tiny, isolated_home, max_tokens=20)

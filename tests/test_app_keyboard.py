@@ -105,7 +105,7 @@ def test_every_toolbar_command_is_in_the_menu_bar_and_its_shortcut_is_shown_and_
     assert titles == ["File", "Edit", "View", "Chat", "Models", "Help"]
     in_menus = {id(a) for _t, a in menu_actions(w)}
     toolbar = [a for a, _button in w.toolbar_strip.items if a is not None]
-    assert len(toolbar) == 7 and all(id(a) in in_menus for a in toolbar)  # the same objects, not copies
+    assert len(toolbar) == 8 and all(id(a) in in_menus for a in toolbar)  # the same objects, not copies
     keyed = [a for _t, a in menu_actions(w) if a.shortcuts()]
     for a in toolbar:
         key = a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
@@ -119,7 +119,8 @@ def test_every_toolbar_command_is_in_the_menu_bar_and_its_shortcut_is_shown_and_
     # The platform's standard keys where Qt has one (the fallback only where it has none).
     for command, standard in ((w.commands.new, QKeySequence.StandardKey.New), (w.commands.find, QKeySequence.StandardKey.Find),
                               (w.commands.copy, QKeySequence.StandardKey.Copy),
-                              (w.commands.find_next, QKeySequence.StandardKey.FindNext)):
+                              (w.commands.find_next, QKeySequence.StandardKey.FindNext),
+                              (w.commands.import_chat, QKeySequence.StandardKey.Open)):
         assert command.shortcuts() == QKeySequence.keyBindings(standard)
     assert "Ctrl+Shift+M" in seen and "Shift+F10" in seen and "F9" in seen
 
@@ -199,7 +200,7 @@ def test_messages_and_their_actions_by_keyboard(qtbot, tiny, isolated_home):
     menu = w.chat.actions_menu
     qtbot.waitUntil(lambda: menu.isVisible())
     words = [a.text().replace("&", "") for a in menu.actions() if not a.isSeparator()]
-    assert words[:3] == ["Copy", "Edit", "Delete"]
+    assert words[:4] == ["Copy", "Edit", "Fork", "Delete"]
     qtbot.keyClick(menu, Qt.Key.Key_E)  # Edit: the question goes into the message box
     assert w.input.editing == question.id and w.input.toPlainText() == question.content and focused() is w.input
     press(qtbot, Qt.Key.Key_Escape)

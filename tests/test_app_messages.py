@@ -168,13 +168,10 @@ def test_edit_and_resend_keeps_the_old_branch_as_an_alternative(qtbot, tiny, iso
     assert [m.id for m in w.controller.messages] == [u1.id, r1.id, u2b.id, r3.id]
 
 
-def test_esc_leaves_edit_mode_and_gives_back_the_draft_and_a_reply_cannot_be_edited(qtbot, tiny, isolated_home):
+def test_esc_leaves_edit_mode_and_gives_back_the_draft(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, max_tokens=8)
     w = open_window(qtbot)
     reply = send(qtbot, w, "a question")
-    said = notices(w)
-    act(w, MessageAction.EDIT, reply.id)
-    assert w.input.editing is None and any("Only your own messages can be edited" in t for t in said)
     w.input.setPlainText("half typed")
     act(w, MessageAction.EDIT, w.controller.messages[0].id)
     assert w.input.toPlainText() == "a question"
@@ -322,7 +319,7 @@ def test_a_schema_2_file_is_migrated_each_message_following_the_previous_one_of_
     store = ChatStore()
     assert store.notice is None and store.mode == StoreMode.WRITABLE
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
+        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "4"
         parents = dict(db.execute("SELECT id, parent_id FROM messages"))
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []

@@ -134,7 +134,7 @@ def test_exports_markdown_and_a_jsonl_trace(events):
     msgs = store.messages(conv.id)
     md = to_markdown(conv, msgs)
     assert md.startswith("# Trace me") and events[-1].text in md and "tokens/s" in md
-    records = [json.loads(json.dumps(r)) for r in trace_records(conv, msgs)]
+    records = [json.loads(json.dumps(r)) for r in trace_records(conv, store.tree(conv.id))]
     types = [r["type"] for r in records]
     assert types[0] == "conversation" and types.count("message") == 2 and types[-1] == "done"
     engine_stream = [e.to_dict() for e in events[:-1]]
@@ -186,5 +186,5 @@ def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
     assert store.notice is None  # upgraded, not set aside
     reply = store.messages(1)[1]
     assert [t.text for t in reply.tokens] == ["yo"] and reply.tokens[0].runner_up is None
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "4"
     store.close()

@@ -145,6 +145,24 @@ def clean(tmp_path_factory) -> tuple[bytes, int]:
     return data, GGUFReader(path).data_offset
 
 
+def test_a_token_cut_short_by_a_nul_byte_into_another_tokens_text_is_refused(tmp_path, clean):
+    """llama.cpp reads token texts as C strings: '<\\x00x35>' is '<', which another token already is, and it
+    aborts (found by the test below: one byte of the header set to 0)."""
+    raw, _ = clean
+    buf = bytearray(raw)
+    at = raw.index(b"<0x35>")
+    buf[at + 1] = 0
+    path = tmp_path / "nul.gguf"
+    path.write_bytes(bytes(buf))
+    # The independent reference: llama.cpp itself, given the file with no check before it, aborts.
+    raw_load = ("import sys, llama_cpp as lc\nlc.llama_backend_init()\np = lc.llama_model_default_params()\n"
+                "p.vocab_only = True\nsys.exit(0 if lc.llama_model_load_from_file(sys.argv[1].encode(), p) else 4)\n")
+    assert subprocess.run([sys.executable, "-c", raw_load, str(path)], capture_output=True, timeout=120).returncode < 0
+    with pytest.raises(ModelFileError, match="are both '<'"):
+        validate_gguf(path)
+    assert load_in_process(path).returncode == 3  # refused with that reason, never a signal
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_a_mutated_header_is_refused_or_loads_never_a_signal_or_a_traceback(tmp_path, clean, data):

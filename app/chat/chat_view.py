@@ -34,7 +34,7 @@ from app.chat.actions import MessageAction
 from app.chat.app_links import LinkKind
 from app.chat.live_reply import LiveReply, ShownMessage
 from app.chat.markdown_spans import LINE_BREAK, Block, code_sources, parse
-from app.chat.message_frame import write_end, write_header
+from app.chat.message_frame import write_attachments, write_end, write_header
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
 from app.chat.token_story import token_story
 from app.core.theme import LIGHT_COLOURS, Mark, TokenColours
@@ -199,7 +199,7 @@ class ChatView(QTextBrowser):
                 cur.insertBlock()
             last = first + i == len(self.messages) - 1
             self._add(self._write_message(cur, m, live=not m.finished and last,
-                                          unanswered=last and m.role == Role.USER))
+                                          unanswered=last and m.role == Role.USER, last=last))
         cur.endEditBlock()
         cur.movePosition(QTextCursor.MoveOperation.End)
         self.setTextCursor(cur)
@@ -293,14 +293,17 @@ class ChatView(QTextBrowser):
         return ReplyWriter(cur, self._formats, shown.start, shown.prov, m.tokens if ends else (), ends,
                            m.rounds if rejected else None, rejected, m.id, self.options.actions)
 
-    def _write_message(self, cur: QTextCursor, m: Message, live: bool, unanswered: bool = False) -> ShownMessage:
-        """Writes `m` into the empty block at the cursor (`unanswered`: a question last on the path, no reply)."""
+    def _write_message(self, cur: QTextCursor, m: Message, live: bool, unanswered: bool = False,
+                       last: bool = False) -> ShownMessage:
+        """Writes `m` into the empty block at the cursor (`unanswered`: a question last on the path, no reply;
+        `last`: the path's last message, whose footer may offer Continue)."""
         shown = ShownMessage(m, cur.position(), Provenance())
         source, ends = self._source_of(m)
         w = self._writer(cur, shown, ends)
         w.fresh = True
         write_header(w, m, self.options.actions, unanswered)
         if m.role == Role.USER:
+            write_attachments(w, m)
             bf = QTextBlockFormat()
             bf.setBottomMargin(4)
             w.start_block(bf)
@@ -313,7 +316,7 @@ class ChatView(QTextBrowser):
             w.end_rejections()
         w.flush()
         if m.finished or not live:
-            write_end(w, m, self.options.actions)
+            write_end(w, m, self.options.actions, last)
         return shown
 
     def _source_of(self, m: Message) -> tuple[str, list[int]]:
@@ -341,6 +344,8 @@ class ChatView(QTextBrowser):
         if self._live is not None:  # a reply that never said it finished: settle it first
             self.finish_rendering()
             self._live = None
+        if self._shown and self._shown[-1].message.continuable and self.options.actions:
+            self._redraw_last(last=False)  # it is no longer the last: it cannot be continued any more
         self.messages.append(m)
         self._formats = self._current_formats()
         cur = QTextCursor(self.document())
@@ -374,18 +379,28 @@ class ChatView(QTextBrowser):
                 cur.movePosition(QTextCursor.MoveOperation.End)
                 w = self._writer(cur, lv.shown, lv.ends)
             w.end_rejections()
-            write_end(w, m, self.options.actions)
+            write_end(w, m, self.options.actions, last=True)
             w.flush()
         elif self._shown and self._shown[-1].message.id == m.id:  # drawn before it was live: draw it again
-            old = self._shown.pop()
-            cur.setPosition(old.start)
-            cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-            cur.removeSelectedText()
             self.messages[-1] = m
-            self._add(self._write_message(cur, m, live=False))
+            self._redraw_last(cur, m, last=True)
         cur.endEditBlock()
         if at_end:
             self._scroll_to_end()
+
+    def _redraw_last(self, cur: QTextCursor | None = None, m: Message | None = None, last: bool = True) -> None:
+        """Write the last shown message again (as `m` when given), finished."""
+        own = cur is None
+        if cur is None:
+            cur = QTextCursor(self.document())
+            cur.beginEditBlock()
+        old = self._shown.pop()
+        cur.setPosition(old.start)
+        cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        self._add(self._write_message(cur, m or old.message, live=False, last=last))
+        if own:
+            cur.endEditBlock()
 
     def _render_live(self, cur: QTextCursor | None = None, final: bool = False) -> ReplyWriter | None:
         lv = self._live

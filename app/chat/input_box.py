@@ -1,15 +1,25 @@
 """The message box: Enter (or Ctrl+Enter) sends, Shift+Enter starts a new line; and an edit mode for resending.
 
-In edit mode the box holds an earlier question's text under a one-line banner saying so; Enter
-resends it (as a new alternative of that question), Esc gives the box back as it was before.
+In edit mode the box holds an earlier message's text under a one-line banner saying so; Enter
+resends a question (as a new alternative of it) or keeps an edited reply (beside the reply), Esc
+gives the box back as it was before.
+
+Files dropped on the box, or pasted into it (a file manager's copy puts their URLs on the clipboard),
+are attached rather than typed as their paths (`sig_files`); pasted image data is refused with a
+reason (`sig_refused`), since the models read text only.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QWidget
 
 EDIT_HINT = "Editing a message — Enter resends, Esc cancels"
+EDIT_REPLY_HINT = "Editing a reply — Enter keeps it as an alternative, Esc cancels"
+IMAGE_REFUSED = ("The pasted picture was not attached: the models here read text only, so they cannot see images. "
+                 "Describe it in words, or attach text, code or PDF files.")
 PLACEHOLDER = "Ask something…  (Enter sends, Shift+Enter starts a new line)"
 HEIGHT = 96
 
@@ -26,6 +36,10 @@ class InputBox(QPlainTextEdit):
     """Esc left edit mode; the box holds what it held before."""
     sig_editing = Signal(bool)
     """Edit mode began (True) or ended (False)."""
+    sig_files = Signal(list)
+    """Files were dropped or pasted here (list[Path]): attach them."""
+    sig_refused = Signal(str)
+    """Something pasted or dropped cannot be attached: why, in a sentence."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -35,6 +49,8 @@ class InputBox(QPlainTextEdit):
         self.setMinimumHeight(48)
         self.editing: int | None = None
         """The id of the message being edited, or None."""
+        self.files_attached = False
+        """Files are attached to the message being written: Enter sends it with no words too."""
         self._draft = ""
         self.banner = QLabel(EDIT_HINT, self)
         self.banner.setObjectName("edit_banner")
@@ -43,11 +59,13 @@ class InputBox(QPlainTextEdit):
         self.banner.hide()
 
     # -- edit mode -------------------------------------------------------------------------
-    def begin_edit(self, message_id: int, text: str) -> None:
-        """Hold `text` for editing; what was typed before comes back when the edit ends."""
+    def begin_edit(self, message_id: int, text: str, reply: bool = False) -> None:
+        """Hold `text` for editing (a reply's, when `reply`); what was typed before comes back when the edit ends."""
         if self.editing is None:
             self._draft = self.toPlainText()
         self.editing = message_id
+        hint = EDIT_REPLY_HINT if reply else EDIT_HINT
+        self.banner.setText(hint)
         self.setPlainText(text)
         self.moveCursor(QTextCursor.MoveOperation.End)
         h = self.banner.sizeHint().height()
@@ -55,7 +73,7 @@ class InputBox(QPlainTextEdit):
         self.setMaximumHeight(HEIGHT + h)
         self.banner.show()
         self._place_banner()
-        self.setAccessibleDescription(EDIT_HINT)
+        self.setAccessibleDescription(hint)
         self.setFocus()
         self.sig_editing.emit(True)
 
@@ -82,6 +100,19 @@ class InputBox(QPlainTextEdit):
         if self.editing is not None:
             self._place_banner()
 
+    # -- files dropped or pasted ------------------------------------------------------------------
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        files = local_files(source)
+        if files:
+            self.sig_files.emit(files)
+        elif source.hasImage() and not source.hasText():
+            self.sig_refused.emit(IMAGE_REFUSED)
+        else:
+            super().insertFromMimeData(source)
+
     # -- keys ----------------------------------------------------------------------------------
     def event(self, e: QEvent) -> bool:
         # Esc is also the window's Stop shortcut: while editing, this box takes it first.
@@ -100,7 +131,7 @@ class InputBox(QPlainTextEdit):
             e.modifiers() & (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier)
         ):
             text = self.toPlainText()
-            if text.strip():
+            if text.strip() or self.files_attached:
                 if self.editing is not None:
                     self.sig_resend.emit(self.editing, text)
                 else:
@@ -110,3 +141,10 @@ class InputBox(QPlainTextEdit):
             self.insertPlainText("\n")  # Shift+Enter (or Alt+Enter): a line break, never a paragraph trick
             return
         super().keyPressEvent(e)
+
+
+def local_files(source: QMimeData) -> list[Path]:
+    """The local files a drop or a paste carries (a file manager's copy or drag), as paths."""
+    if not source.hasUrls():
+        return []
+    return [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile() and u.toLocalFile()]

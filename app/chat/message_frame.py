@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QTextBlockFormat, QTextCharFormat
 
+from engine.attachments import Attachment, AttachmentKind, human_size
 from engine.decoding.events import FinishReason
 
 from app.chat.actions import MessageAction
@@ -30,13 +31,20 @@ _LINK_TIPS = {
     MessageAction.REGENERATE_CURRENT: "A new reply with the pair, k and sampling chosen now (kept as an alternative)",
     MessageAction.EDIT: "Change this message and send it again (the old one is kept as an alternative)",
     MessageAction.DELETE: "Delete this message",
+    MessageAction.CONTINUE: "Go on writing this reply from where it stopped (the same reply grows)",
+    MessageAction.FORK: "Start a new chat with the conversation up to here (this chat stays as it is)",
 }
-_USER_LINKS = (("Copy", COPY), ("Edit", MessageAction.EDIT), ("Delete", MessageAction.DELETE))
+_REPLY_EDIT_TIP = "Change this reply's text (the reply as written is kept as an alternative)"
+_USER_LINKS = (("Copy", COPY), ("Edit", MessageAction.EDIT), ("Fork", MessageAction.FORK),
+               ("Delete", MessageAction.DELETE))
 #: A question left without a reply (the reply failed to start, or the app stopped first): answer it.
 _UNANSWERED_LINKS = (("Retry", MessageAction.REGENERATE), *_USER_LINKS)
 _RETRY_TIP = "This question has no reply: answer it now, with the pair, k and sampling chosen now"
 _REPLY_LINKS = (("Copy", COPY), ("Regenerate", MessageAction.REGENERATE),
-                ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT), ("Delete", MessageAction.DELETE))
+                ("Regenerate with current settings", MessageAction.REGENERATE_CURRENT), ("Edit", MessageAction.EDIT),
+                ("Fork", MessageAction.FORK), ("Delete", MessageAction.DELETE))
+#: The last reply, stopped or cut at the max tokens limit: it can go on.
+_CONTINUE_LINKS = (_REPLY_LINKS[0], ("Continue", MessageAction.CONTINUE), *_REPLY_LINKS[1:])
 _SEP = "  ·  "
 
 
@@ -50,6 +58,8 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
     w.start_block(bf)
     if m.role == Role.USER:
         w.insert("You", f.header)
+    elif m.edited:
+        w.insert("Edited by you", _with_tip(f.header, f"Edited from a reply of {pair_label(m)}" if m.target else ""))
     else:
         tip = settings_tip(m) if (m.settings or m.target) else ""
         w.insert(pair_label(m) or "Draftlight", _with_tip(f.header, tip))
@@ -66,8 +76,33 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
             _write_links(w, m, _UNANSWERED_LINKS if unanswered else _USER_LINKS, unanswered)
 
 
-def write_end(w: ReplyWriter, m: Message, actions: bool) -> None:
-    """A reply's note (why it stopped, or what failed) on its own line, then its footer."""
+def write_attachments(w: ReplyWriter, m: Message) -> None:
+    """A question's attached files, one line: 'Attached', then the name and size of each (its first lines
+    in the tooltip)."""
+    if not m.attachments:
+        return
+    f = w.formats
+    bf = QTextBlockFormat()
+    bf.setBottomMargin(2)
+    w.start_block(bf)
+    w.insert("Attached  ", f.small)
+    for i, a in enumerate(m.attachments):
+        if i:
+            w.insert("  ", f.small)
+        w.insert(f" {a.name} · {human_size(a.size)} ", _with_tip(f.chip("neutral", ""), _preview(a)))
+
+
+def _preview(a: Attachment) -> str:
+    lines = a.text.splitlines()
+    head = "\n".join(line[:100] for line in lines[:12])
+    more = f"\n… {len(lines) - 12:,} more lines" if len(lines) > 12 else ""
+    kind = "PDF, " if a.kind is AttachmentKind.PDF else ""
+    return f"{a.name} ({kind}{human_size(a.size)}, {len(lines):,} lines)\n\n{head}{more}"
+
+
+def write_end(w: ReplyWriter, m: Message, actions: bool, last: bool = False) -> None:
+    """A reply's note (why it stopped, or what failed) on its own line, then its footer (`last`: the last
+    message of the path, offered Continue when it stopped early)."""
     if m.role == Role.USER:
         return
     f = w.formats
@@ -95,7 +130,7 @@ def write_end(w: ReplyWriter, m: Message, actions: bool) -> None:
             w.insert(_SEP, f.small)
         w.insert(text, fmt)
     if actions:
-        _write_links(w, m, _REPLY_LINKS)
+        _write_links(w, m, _CONTINUE_LINKS if last and m.continuable else _REPLY_LINKS)
 
 
 def _write_alternatives(w: ReplyWriter, m: Message, actions: bool) -> None:
@@ -119,7 +154,9 @@ def _write_links(w: ReplyWriter, m: Message, links, unanswered: bool = False) ->
         if i:
             w.insert(_SEP, f.small)
         href = app_href(LinkKind.COPY, m.id) if name == COPY else app_href(LinkKind.ACTION, MessageAction(name).value, m.id)
-        tip = _RETRY_TIP if unanswered and name == MessageAction.REGENERATE else _LINK_TIPS.get(name, "")
+        tip = (_RETRY_TIP if unanswered and name == MessageAction.REGENERATE
+               else _REPLY_EDIT_TIP if name == MessageAction.EDIT and m.role == Role.ASSISTANT
+               else _LINK_TIPS.get(name, ""))
         w.insert(label, f.link(href, tip))
 
 

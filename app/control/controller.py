@@ -22,10 +22,12 @@ is written here and nowhere else. It never draws.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
+from engine.attachments import Attachment
 from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations
@@ -259,9 +261,9 @@ class ChatController(QObject):
         self.conversations.delete(conv_id)
 
     # -- replies -----------------------------------------------------------------------------
-    def send(self, text: str) -> bool:
-        """Start a reply to `text`; False (and a notice) when it cannot start."""
-        return self.replies.send(text)
+    def send(self, text: str, attachments: Sequence[Attachment] = ()) -> bool:
+        """Start a reply to `text` and its attached files; False (and a notice) when it cannot start."""
+        return self.replies.send(text, attachments)
 
     def history(self) -> list[dict[str, str]]:
         """The open conversation's shown path as the engine wants it, system prompt first."""
@@ -309,21 +311,50 @@ class ChatController(QObject):
         return self.replies.regenerate(message_id, current)
 
     def can_edit(self, message_id: int) -> bool:
-        """The message can be put in the input to edit (a question on the shown path, nothing running);
-        says why not otherwise."""
+        """The message can be put in the input to edit (a message on the shown path, nothing running); says why
+        not otherwise."""
         if self.refused("editing a message"):
             return False
         m = self.message(message_id)
-        if m is None or m.role != Role.USER:
-            self.sig_notice.emit(Notice("Only your own messages can be edited; regenerate a reply instead.", Level.INFO))
+        if m is None:
+            return False
+        if m.role == Role.ASSISTANT and not m.finished:
+            self.sig_notice.emit(Notice("This reply is not finished: continue or stop it before editing it.",
+                                        Level.INFO))
             return False
         return True
 
-    def resend_edit(self, message_id: int, text: str) -> bool:
-        """Send the edited text of a question as its new alternative, and a reply to it."""
+    def resend_edit(self, message_id: int, text: str, attachments: Sequence[Attachment] | None = None) -> bool:
+        """Send the edited text of a question (and its files: None keeps the original's) as its new alternative,
+        and a reply to it; or keep the edited text of a reply as its new alternative."""
         if self.refused("resending"):
             return False
-        return self.replies.resend_edit(message_id, text)
+        m = self.message(message_id)
+        if m is not None and m.role == Role.ASSISTANT:
+            return self.replies.save_reply_edit(message_id, text)
+        return self.replies.resend_edit(message_id, text, attachments)
+
+    def continue_reply(self, message_id: int) -> bool:
+        """Go on writing the last reply where it was stopped or cut at the max tokens limit (the same message)."""
+        if self.refused("continuing a reply"):
+            return False
+        return self.replies.continue_reply(message_id)
+
+    def fork(self, message_id: int) -> bool:
+        """A new chat holding the shown path up to this message, opened; the original stays as it is."""
+        if self.refused("forking the chat"):
+            return False
+        return self.conversations.fork(message_id)
+
+    def import_chat(self, path: Path) -> bool:
+        """A chat exported as JSON Lines (every branch, or an older shown-path export), as a new chat, opened."""
+        if self.refused("importing a chat"):
+            return False
+        return self.conversations.import_chat(path)
+
+    def chat_tree(self) -> list[tuple[Message, int]]:
+        """Every message of the open chat, every branch, with its shown stamp (what the JSONL export writes)."""
+        return self.conversations.tree()
 
     def delete_message(self, message_id: int) -> bool:
         """Delete one message of the shown path; what followed it moves up (nothing else is lost)."""

@@ -13,16 +13,27 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.errors import Notice
+from app.core.errors import Level, Notice
+from app.history.chat_import import ChatImportError, read_chat
 from app.history.records import Conversation, Message, Role
 from app.history.reply_recorder import ReplyRecorder
 from app.history.reply_stats import ReplyStats
 from app.history.store import ChatStore, StoreError
 
 TITLE_CHARS = 48
+
+
+FORK_MARK = "Fork: "
+
+
+def fork_title(title: str) -> str:
+    """A fork's title: the original's, marked in front, where a narrow chat list still shows it (a fork of a
+    fork is not marked twice)."""
+    return title if title.startswith(FORK_MARK) else FORK_MARK + title
 
 
 def title_of(text: str) -> str:
@@ -219,6 +230,52 @@ class Conversations(QObject):
         self.emit_list()
         return ok
 
+    def fork(self, message_id: int) -> bool:
+        """A new chat holding the shown path up to this message (copied whole), opened."""
+        conv = self.current()
+        if conv is None or self.find(message_id) is None:
+            return False
+        try:
+            forked = self.store.fork(conv.id, message_id, fork_title(conv.title))
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        self._open_new(forked.id)
+        self.sig_notice.emit(Notice(f"Forked into “{forked.title}”: the chat up to that message, to go on "
+                                    "differently; the original is unchanged.", Level.INFO))
+        return True
+
+    def import_chat(self, path: Path) -> bool:
+        """A chat exported as JSON Lines, as a new chat, opened; a file that is not one is said, nothing saved."""
+        try:
+            chat = read_chat(path)
+            conv = self.store.import_conversation(chat.title, chat.messages)
+        except ChatImportError as exc:
+            self.sig_notice.emit(Notice(f"Could not import {Path(path).name}: {exc}. Nothing was imported.",
+                                        Level.WARNING))
+            return False
+        except StoreError as exc:
+            self.failed(exc)
+            return False
+        self._open_new(conv.id)
+        return True
+
+    def tree(self) -> list[tuple[Message, int]]:
+        """Every message of the open chat, every branch, with its shown stamp ([] when none is open)."""
+        if self.current_id is None:
+            return []
+        try:
+            return self.store.tree(self.current_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return []
+
+    def _open_new(self, conv_id: int) -> None:
+        self.search = ""
+        self.current_id = None
+        self.open(conv_id)
+        self.emit_list()
+
     def _show(self, messages: list[Message]) -> None:
         live = self.live()
         if live is not None and live.conversation_id == self.current_id:
@@ -229,7 +286,8 @@ class Conversations(QObject):
                     messages[i] = live.message
         self.messages = messages
         self.sig_messages.emit(messages)
-        last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT), None)
+        # The stats are a generated reply's: an edited one has none to show.
+        last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT and not m.edited), None)
         if last is None:
             self.sig_stats.emit(None, "This reply")
         elif live is not None and live.message is last:

@@ -5,10 +5,12 @@ so a fast pair cannot flood the event loop (and each batch is one SQLite transac
 state for the whole app: while anything runs on the engine thread (a chat reply, or the two runs
 of Compare) nothing else can be sent, and each caller stops only its own requests.
 
-A chat reply always answers the shown path up to its question. Sending adds a question and its
-reply at the end; regenerating adds a reply beside the shown one (same question); resending an
-edit adds a question beside the edited one, and its reply. Each new message becomes the shown
-alternative of its group, so the path ends at the reply being written.
+A chat reply always answers the shown path up to its question. Sending adds a question (with its
+attached files) and its reply at the end; regenerating adds a reply beside the shown one (same
+question); resending an edit adds a question beside the edited one, and its reply. Each new message
+becomes the shown alternative of its group, so the path ends at the reply being written. Continuing
+a reply that was stopped or cut at the max tokens limit goes on writing the same message; editing a
+reply adds the edited text beside it, and nothing is generated.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings
@@ -31,8 +34,8 @@ from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
 from app.core.settings import AUTO, AppSettings
 from app.core.settings import _coerce as settings_from_dict
-from app.core.worker import EngineWorker, ReplyRequest
-from app.history.records import Message, Role
+from app.core.worker import ContinueFrom, EngineWorker, ReplyRequest
+from app.history.records import EDITED, Message, Role
 from app.history.reply_recorder import ReplyRecorder
 from app.history.reply_stats import ReplyStats
 from app.history.store import StoreError
@@ -60,7 +63,7 @@ def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[st
     """
     out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     for m in messages:
-        text = m.text
+        text = user_content(m.text, m.attachments) if m.role == Role.USER else m.text
         if m.role == Role.ASSISTANT and not text:
             continue
         if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
@@ -103,8 +106,9 @@ class Replies(QObject):
     """Show these numbers (StatsSnapshot or None) under this title."""
     sig_busy = Signal(bool)
     """The engine thread took work (True: a chat reply or Compare; nothing can be sent) or is free (False)."""
-    sig_input_restore = Signal(str)
-    """A reply failed before its first token: put the user's text back in the input box."""
+    sig_input_restore = Signal(str, object)
+    """A reply failed before its first token: put the user's text and attached files (tuple[Attachment]) back
+    in the input box."""
     sig_request = Signal(object)
     """A ReplyRequest was queued for the engine thread (the worker's input, as sent)."""
 
@@ -175,18 +179,19 @@ class Replies(QObject):
             return False
         return True
 
-    def send(self, text: str) -> bool:
-        """Start a reply to `text` after the shown path; False (and a notice) when it cannot start."""
+    def send(self, text: str, attachments: Sequence[Attachment] = ()) -> bool:
+        """Start a reply to `text` and its attached files after the shown path; False (and a notice) when it
+        cannot start."""
         text = text.strip()
-        if not text or not self._can_start():
+        if not (text or attachments) or not self._can_start():
             return False
         convs, s = self.conversations, self.settings
         try:
             conv = convs.ensure_open()
             history = list(convs.messages)
             parent = history[-1].id if history else None
-            user = self.store.add_message(conv, Role.USER, text, parent_id=parent)
-            self.store.set_title_if_default(conv, title_of(text))
+            user = self.store.add_message(conv, Role.USER, text, parent_id=parent, attachments=attachments)
+            self.store.set_title_if_default(conv, title_of(text or attachments[0].name))
             reply = self._new_reply(conv, user, s)
         except StoreError as exc:
             convs.failed(exc)
@@ -221,20 +226,22 @@ class Replies(QObject):
         self._start(convs.messages[: q + 1], question, reply, s, new_question=False, at_end=False)
         return True
 
-    def resend_edit(self, message_id: int, text: str) -> bool:
-        """An edited question beside the original (which stays as an alternative), and its reply."""
+    def resend_edit(self, message_id: int, text: str, attachments: Sequence[Attachment] | None = None) -> bool:
+        """An edited question beside the original (which stays as an alternative), and its reply. Its files are
+        `attachments` (None: the original's)."""
         text = text.strip()
         convs = self.conversations
-        i = convs.find(message_id)
-        if i is None:
-            self.sig_notice.emit(Notice("The message being edited is not shown any more; the edit was not sent.",
-                                        Level.WARNING))
+        old = self._being_edited(message_id, "the edit was not sent")
+        if old is None:
             return False
-        if not text or convs.messages[i].role != Role.USER or not self._can_start():
+        i = convs.messages.index(old)
+        files = old.attachments if attachments is None else tuple(attachments)
+        if not (text or files) or old.role != Role.USER or not self._can_start():
             return False
         s = self.settings
         try:
-            user = self.store.add_message(convs.current_id, Role.USER, text, parent_id=convs.messages[i].parent_id)
+            user = self.store.add_message(convs.current_id, Role.USER, text, parent_id=old.parent_id,
+                                          attachments=files)
             reply = self._new_reply(convs.current_id, user, s)
         except StoreError as exc:
             convs.failed(exc)
@@ -242,18 +249,83 @@ class Replies(QObject):
         self._start(convs.messages[:i] + [user], user, reply, s, new_question=True, at_end=False)
         return True
 
-    def _replayed(self, reply: Message) -> AppSettings | None:
+    def save_reply_edit(self, message_id: int, text: str) -> bool:
+        """The edited text of a reply, kept beside it as a new alternative (nothing is generated); the original
+        stays one step back."""
+        convs = self.conversations
+        old = self._being_edited(message_id, "the edit was not saved")
+        if old is None or old.role != Role.ASSISTANT or not text.strip() or self.busy or self.closed:
+            return False
+        try:
+            self.store.add_message(convs.current_id, Role.ASSISTANT, text, old.target, old.drafter,
+                                   {**old.settings, EDITED: True}, parent_id=old.parent_id,
+                                   finish_reason=FinishReason.STOP)
+        except StoreError as exc:
+            convs.failed(exc)
+            return False
+        convs.reload()
+        convs.emit_list()
+        return True
+
+    def _being_edited(self, message_id: int, outcome: str) -> Message | None:
+        """The message of the shown path an edit is for; None (and a notice ending in `outcome`) when it left."""
+        i = self.conversations.find(message_id)
+        if i is None:
+            self.sig_notice.emit(Notice(f"The message being edited is not shown any more; {outcome}.", Level.WARNING))
+            return None
+        return self.conversations.messages[i]
+
+    def continue_reply(self, message_id: int) -> bool:
+        """Go on writing a reply that was stopped or cut at the max tokens limit (the last message shown), with
+        the settings it was made with: the engine reads it as the start of its answer, the same message grows,
+        and its totals become those of both parts."""
+        convs = self.conversations
+        i = convs.find(message_id)
+        if i is None or not self._can_start():
+            return False
+        m = convs.messages[i]
+        if i != len(convs.messages) - 1 or not m.continuable:
+            self.sig_notice.emit(Notice("Only the last reply can be continued, when it was stopped or reached the "
+                                        "max tokens limit.", Level.INFO))
+            return False
+        if i == 0 or convs.messages[i - 1].role != Role.USER:
+            self.sig_notice.emit(Notice("This reply's question was deleted, so there is nothing to continue from.",
+                                        Level.INFO))
+            return False
+        s = self._replayed(m, continuing=True)
+        if s is None:
+            return False
+        text, stats, finish = m.text, m.stats, m.finish_reason
+        try:
+            self.store.reopen(m.id)
+        except StoreError as exc:
+            convs.failed(exc)
+            return False
+        m.content, m.finish_reason, m.stats, m.error = "", None, None, ""
+        recorder = self._recorder(convs.messages[i - 1], m, s)
+        recorder.continuing(text, stats, finish)
+        self._new_question = False
+        convs.reload()
+        self._request_chat(convs.messages[:i], s, recorder, continuation=ContinueFrom(
+            text, tuple(t.token_id for t in m.tokens)))
+        return True
+
+    def _replayed(self, reply: Message, continuing: bool = False) -> AppSettings | None:
         """The current settings with the reply's pair, k and sampling (`_start` switches to its pair).
-        None (and a notice saying why) when the reply cannot be made again that way."""
+        None (and a notice saying why) when the reply cannot be made again that way. A reply being
+        continued whose settings were not recorded goes on with the current ones."""
         recorded = self.recorded_settings(reply)
+        if recorded is None and continuing:
+            return self.settings
         if recorded is None:
             self.sig_notice.emit(Notice("This reply's settings were not recorded, so it cannot be made again the same "
                                         "way. Use “Regenerate with current settings” instead.", Level.WARNING))
             return None
         problem = pair_problem(recorded.target, recorded.drafter)
         if problem:
-            self.sig_notice.emit(Notice(f"This reply cannot be made again with its own pair: {problem}. Install it "
-                                        "again in Models…, or use “Regenerate with current settings”.",
+            instead = "" if continuing else ", or use “Regenerate with current settings”"
+            self.sig_notice.emit(Notice(f"This reply cannot be {'continued' if continuing else 'made again'} with its "
+                                        f"own pair: {problem}. Install it again in Models…{instead}.",
                                         Level.WARNING, Action.OPEN_MODELS))
             return None
         return dataclasses.replace(self.settings, **{k: getattr(recorded, k) for k in REPLAYED})
@@ -262,8 +334,7 @@ class Replies(QObject):
         return self.store.add_message(conv_id, Role.ASSISTANT, "", Path(s.target).name, drafter_label(s.drafter),
                                       s.to_json(), parent_id=question.id)
 
-    def _start(self, history: list[Message], question: Message, reply: Message, s: AppSettings,
-               new_question: bool, at_end: bool) -> None:
+    def _recorder(self, question: Message, reply: Message, s: AppSettings) -> ReplyRecorder:
         convs = self.conversations
         assert convs.current_id is not None
         recorder = ReplyRecorder(
@@ -272,12 +343,24 @@ class Replies(QObject):
             on_finished=self._recorder_finished, on_notice=self.sig_notice.emit,
         )
         self.chat_reply = recorder
+        return recorder
+
+    def _start(self, history: list[Message], question: Message, reply: Message, s: AppSettings,
+               new_question: bool, at_end: bool) -> None:
+        convs = self.conversations
+        recorder = self._recorder(question, reply, s)
         self._new_question = new_question
         if at_end:
             convs.appended([question, reply])
         else:  # a new branch: the path below the branch point changes
             convs.reload()
             convs.emit_list()
+        self._request_chat(history, s, recorder)
+
+    def _request_chat(self, history: list[Message], s: AppSettings, recorder: ReplyRecorder,
+                      continuation: ContinueFrom | None = None) -> None:
+        """Ask for the chat reply `recorder` follows, loading its pair first when it is not the one chosen now."""
+        convs = self.conversations
         self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
         if (s.target, s.drafter) != (self.settings.target, self.settings.drafter):
             # A reply made again with its own pair: load it (queued before the request below).
@@ -286,7 +369,8 @@ class Replies(QObject):
                                         "reply was made with.", Level.INFO))
         self.pairing.ensure_loaded()
         self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder,
-                           conversation=str(convs.current_id))
+                           conversation=str(convs.current_id), attachments=recorder.user.attachments,
+                           continuation=continuation)
 
     def abandon(self, conv_id: int) -> None:
         """The conversation is being deleted: its running reply stops and writes nothing more."""
@@ -297,12 +381,15 @@ class Replies(QObject):
 
     # -- any request --------------------------------------------------------------------------------
     def request_reply(self, messages: list[dict[str, str]], settings: GenerationSettings, handler: ReplyHandler,
-                      cold: bool = False, conversation: str | None = None) -> int:
+                      cold: bool = False, conversation: str | None = None, attachments: Sequence[Attachment] = (),
+                      continuation: ContinueFrom | None = None) -> int:
         """Queue a reply on the engine thread; events go to `handler` in batches. A chat reply names its
-        `conversation` (counted into the index of past chats when that is on)."""
+        `conversation` (counted into the index of past chats when that is on), the files attached to its
+        question (named if they do not fit the context) and, when continuing a reply, what it holds so far."""
         rid = next(self._ids)
         self._handlers[rid] = handler
-        self.sig_request.emit(ReplyRequest(rid, tuple(messages), settings, cold, conversation))
+        self.sig_request.emit(ReplyRequest(rid, tuple(messages), settings, cold, conversation, tuple(attachments),
+                                           continuation))
         self._busy_changed()
         return rid
 
@@ -400,7 +487,7 @@ class Replies(QObject):
             if self._showing(rec):
                 self.conversations.reload()
                 if self._new_question:
-                    self.sig_input_restore.emit(rec.user.content)
+                    self.sig_input_restore.emit(rec.user.content, rec.user.attachments)
             if rec.error is not None:
                 self.sig_notice.emit(explain(rec.error))
             self.conversations.emit_list()

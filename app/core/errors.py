@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from engine.errors import (ContextFullError, EngineError, IncompatiblePairError, LoadCancelled, ModelFileError,
-                           ModelLoadError)
+from engine.errors import (AttachmentError, ContextFullError, EngineError, IncompatiblePairError, LoadCancelled,
+                           ModelFileError, ModelLoadError)
 from engine.models.default_pair import DefaultPairMissing
 
 
@@ -38,6 +38,10 @@ class Notice:
     """The button offered next to it."""
 
 
+class AttachmentTooLarge(ContextFullError):
+    """A question's attached files do not fit the context: the message names the largest, with its token count."""
+
+
 _OOM_HINTS = ("out of memory", "failed to allocate", "cannot allocate", "unable to allocate", "oom", "cudamalloc")
 
 
@@ -67,6 +71,11 @@ def explain(exc: BaseException) -> Notice:
             "compatible ones), or use “prompt lookup”.",
             action=Action.OPEN_MODELS,
         )
+    if isinstance(exc, AttachmentTooLarge):
+        return Notice(f"{msg} Nothing was sent: remove the file (✕) or attach the part you need, or raise the context "
+                      "length in Models… › Hardware.", Level.WARNING)
+    if isinstance(exc, AttachmentError):
+        return Notice(f"{msg[:1].upper()}{msg[1:]}.", Level.WARNING)
     if isinstance(exc, ContextFullError):
         return Notice(
             f"The conversation does not fit the model's context: {msg} Start a new chat, shorten the "

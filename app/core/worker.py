@@ -26,10 +26,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.errors import EngineError, LoadCancelled
+from engine.attachments import Attachment, fenced
+from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, LoadSettings, Session
 
+from app.core.errors import AttachmentTooLarge
 from app.core.past_chats_index import PastChatsChoice, PastChatsIndex
 
 
@@ -78,6 +80,20 @@ class ReplyRequest:
     conversation: str | None = None
     """The chat it belongs to: its finished reply is counted into the index of past chats (when on).
     None: not counted (Compare's runs repeat a reply already counted)."""
+    attachments: tuple[Attachment, ...] = ()
+    """The files attached to the newest question: a request too long for the context names them."""
+    continuation: ContinueFrom | None = None
+    """Continue this reply (the last message, not in `messages`) rather than start a new one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueFrom:
+    """A reply written so far, to be continued (Continue after Stop or the max tokens limit)."""
+
+    text: str
+    """Its text."""
+    token_ids: tuple[int, ...] = ()
+    """Its tokens as the engine emitted them (reused as they are when they spell the text for this model)."""
 
 
 class EngineWorker(QObject):
@@ -211,6 +227,7 @@ class EngineWorker(QObject):
             return
         session = self._session
         reply_ids: list[int] = []
+        prefix: list[int] = []
         done = False
         held = None  # the index of past chats, left out of a cold run
         try:
@@ -223,7 +240,11 @@ class EngineWorker(QObject):
                     session.use_history(None)
             # The chat template and tokenizer run before the lock: with many dropped exchanges that
             # takes seconds, and Stop and Close (GUI thread) take this lock.
-            rendered = session.render(list(req.messages), reserve=req.settings.max_tokens)
+            prefix = session.reply_tokens(req.continuation.text, req.continuation.token_ids) if req.continuation else []
+            try:
+                rendered = session.render(list(req.messages), reserve=req.settings.max_tokens, reply_prefix=prefix)
+            except ContextFullError as exc:
+                raise _too_large(session, req.attachments, exc) or exc from None
             with self._lock:
                 self._running = req.id
                 events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes)  # clears the stop flag
@@ -246,7 +267,7 @@ class EngineWorker(QObject):
                 self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
             if done and self._past.index is not None:  # after the news: the window need not wait for this
-                self._past.add(session, req.messages, req.settings, reply_ids, req.conversation)
+                self._past.add(session, req.messages, req.settings, prefix + reply_ids, req.conversation)
                 self.sig_past_chats.emit(self._past.status(session))
             if self._closing:
                 self._close()
@@ -281,6 +302,21 @@ class EngineWorker(QObject):
             self.sig_load_progress.emit(which, fraction)
             if pct >= 100:
                 self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
+
+
+def _too_large(session: Session, attachments: tuple[Attachment, ...],
+               exc: ContextFullError) -> AttachmentTooLarge | None:
+    """The question does not fit the context and files came with it: name the largest, with its real token
+    count (the target's tokenizer, on the text as the model would read it). None: no files came."""
+    if not attachments:
+        return None
+    counts = sorted(((session.count_tokens(fenced(a)), a.name) for a in attachments), reverse=True)
+    n, name = counts[0]
+    holds = exc.holds or session.target.n_ctx
+    whole = f" (with your message and the chat template, {exc.needed:,})" if exc.needed else ""
+    others = f"; the other attached files add {sum(c for c, _ in counts[1:]):,}" if len(counts) > 1 else ""
+    return AttachmentTooLarge(f"{name} is {n:,} tokens{others}, and the model's context holds {holds:,}{whole}.",
+                              needed=exc.needed, holds=holds)
 
 
 def _return_freed_memory() -> None:

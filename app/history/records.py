@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from engine.attachments import Attachment
 from engine.decoding.events import Certainty, FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
 
 
@@ -67,6 +68,8 @@ class Message:
     """Its place among the alternatives that share its parent, from 1 (regenerated or edited)."""
     variants: int = 1
     """How many alternatives share its parent."""
+    attachments: tuple[Attachment, ...] = ()
+    """Files given with a question, as text (engine.attachments): the model reads them before its words."""
 
     @property
     def text(self) -> str:
@@ -77,6 +80,24 @@ class Message:
     @property
     def finished(self) -> bool:
         return self.role == Role.USER or self.finish_reason is not None
+
+    @property
+    def continuable(self) -> bool:
+        """A reply Continue can go on from (when it is the last shown): stopped or cut at the max tokens
+        limit, with the tokens it was made of (an edited reply has none)."""
+        return self.role == Role.ASSISTANT and self.finish_reason in CONTINUABLE and bool(self.tokens) \
+            and not self.edited
+
+    @property
+    def edited(self) -> bool:
+        """A reply the person wrote over (Edit on a reply): its text is theirs, it has no tokens."""
+        return self.role == Role.ASSISTANT and bool(self.settings.get(EDITED))
+
+
+CONTINUABLE = (FinishReason.CANCELLED, FinishReason.LENGTH)
+"""Why a reply ended, when Continue can go on from it."""
+EDITED = "edited"
+"""The settings key that marks an edited reply (its other settings are the original reply's)."""
 
 
 _ROUND_FIELDS = frozenset(f.name for f in fields(RoundEvent) if f.init)

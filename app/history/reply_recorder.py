@@ -1,5 +1,9 @@
 """Follows one chat reply: saves each batch of rounds and tokens, then hands it to the window.
 
+A continued reply (Continue after Stop or the max tokens limit) is the same message going on: the
+engine numbers the new part's tokens and rounds from the start, so they are moved on past the ones
+the reply already has, its text is the old text and the new, and its totals those of both parts.
+
 Order matters for "a crash loses nothing already shown": a batch is committed to SQLite
 (one transaction) before the view is told about it. A batch that cannot be written (another
 program holds the database for a moment) stays pending and goes with the next one, so a stored
@@ -7,13 +11,14 @@ reply never has a hole; one still unsaved when the reply ends is marked incomple
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
-from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, Stats, TokenEvent
 
 from app.core.errors import Level, Notice, explain
 from app.history.records import Message
-from app.history.reply_stats import ReplyStats
+from app.history.reply_stats import ReplyStats, joined_stats
 from app.history.store import ChatStore, StoreError
 
 
@@ -37,6 +42,17 @@ class ReplyRecorder:
         self._store_failed = False
         self._pending_rounds: list[RoundEvent] = []
         self._pending_tokens: list[TokenEvent] = []
+        # A continued reply: what it held before (its tokens and rounds are kept in the message).
+        self._before: tuple[str, Stats | None, int, int, FinishReason] | None = None
+
+    def continuing(self, text: str, stats: Stats | None, finish: FinishReason) -> None:
+        """This reply goes on from `text` (its tokens and rounds so far are in the message; it had ended for
+        `finish`): new tokens and rounds are numbered after them, and the totals at the end are those of
+        both parts. Should nothing be added, it is left as it was."""
+        m = self.message
+        self._before = (text, stats, len(m.tokens), max(m.rounds, default=0), finish)
+        for r in (m.rounds[n] for n in sorted(m.rounds)):
+            self.stats.add_round(r)
 
     def _flush_pending(self) -> bool:
         """Write every batch not yet stored (rows are keyed: writing one twice is harmless)."""
@@ -52,6 +68,14 @@ class ReplyRecorder:
         rounds = [e for e in events if isinstance(e, RoundEvent)]
         tokens = [e for e in events if isinstance(e, TokenEvent)]
         done = next((e for e in events if isinstance(e, DoneEvent)), None)
+        if self._before is not None:
+            _text, first, token_base, round_base, _finish = self._before
+            rounds = [dataclasses.replace(r, round=r.round + round_base) for r in rounds]
+            tokens = [dataclasses.replace(t, index=t.index + token_base, round=t.round + round_base) for t in tokens]
+            if done is not None:
+                stats = joined_stats(first, done.stats, [self.message.rounds[n] for n in sorted(self.message.rounds)]
+                                     + rounds) if first is not None else done.stats
+                done = DoneEvent(done.finish_reason, _text + done.text, stats)
         self._pending_rounds += rounds
         self._pending_tokens += tokens
         self._flush_pending()
@@ -82,9 +106,19 @@ class ReplyRecorder:
             m.finish_reason = self.done.finish_reason
             m.stats = self.done.stats
             self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error))
+        elif self._before is not None:  # a continuation that ended without its end (failed, or the app closed)
+            text, stats, n_tokens, _rounds, finish = self._before
+            added = m.tokens[n_tokens:]
+            m.content = text + "".join(t.text for t in added)
+            if not added:  # nothing was added: the reply is as it was
+                m.finish_reason, m.stats = finish, stats
+                before = DoneEvent(finish, text, stats) if stats is not None else None
+                self._save(lambda: self.store.finish(m.id, before, m.content, m.error))
+            else:
+                m.finish_reason = FinishReason.CANCELLED
+                m.error = f"failed: {explain(self.error).text}" if self.error is not None else m.error
+                self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
         elif self.error is not None and m.tokens:
-            from engine.decoding.events import FinishReason
-
             m.content = "".join(t.text for t in m.tokens)
             m.finish_reason = FinishReason.CANCELLED
             m.error = f"failed: {explain(self.error).text}"

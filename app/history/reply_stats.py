@@ -219,3 +219,44 @@ def _paced(s: StatsSnapshot, x: float) -> Verdict:
                            "drafts and turns drafting off if it stays slower.", p.tone)
         return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.", p.tone)
     return Verdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
+
+
+def joined_stats(first: Stats, then: Stats, rounds: list[RoundEvent]) -> Stats:
+    """The totals of a reply written in two parts (Continue): counts and times added, rates of the whole,
+    acceptance by position from every round of both parts. The prompt, the time to the first token and
+    what Auto knew at the start are the first part's; the mode and certainty the later part's; the gaps
+    between tokens (median, 95th percentile) the larger of the two parts' (their tokens' times are gone)."""
+    def per_s(tokens: int, rate: float | None) -> float:
+        return tokens / rate if rate else 0.0
+
+    tokens, drafted, accepted = first.tokens + then.tokens, first.drafted + then.drafted, first.accepted + then.accepted
+    gen_s = per_s(first.tokens, first.tokens_per_s) + per_s(then.tokens, then.tokens_per_s)
+    plain_s = None
+    if first.estimated_plain_tokens_per_s and then.estimated_plain_tokens_per_s:
+        plain_s = per_s(first.tokens, first.estimated_plain_tokens_per_s) + per_s(then.tokens,
+                                                                                   then.estimated_plain_tokens_per_s)
+    positions = ReplyStats.of_rounds(rounds, None, then.draft_mode == "auto").snapshot().by_position
+    modes = dict(first.rounds_by_drafter)
+    for k, n in then.rounds_by_drafter.items():
+        modes[k] = modes.get(k, 0) + n
+    drafting = sum(n for k, n in modes.items() if k != DraftKind.NONE.value)
+    tps = tokens / gen_s if gen_s else 0.0
+    plain_tps = tokens / plain_s if plain_s else None
+    notes = [n for n in (first.note, then.note) if n]
+    return Stats(
+        tokens=tokens, rounds=first.rounds + then.rounds, drafted=drafted, accepted=accepted,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        mean_accepted_per_round=accepted / drafting if drafting else 0.0,
+        tokens_per_round=tokens / max(1, first.rounds + then.rounds), acceptance_by_position=positions,
+        target_passes=first.target_passes + then.target_passes,
+        drafter_passes=first.drafter_passes + then.drafter_passes,
+        prompt_tokens=first.prompt_tokens, prompt_tokens_reused=first.prompt_tokens_reused, ttft_s=first.ttft_s,
+        tokens_per_s=tps, itl_p50_s=max(first.itl_p50_s, then.itl_p50_s),
+        itl_p95_s=max(first.itl_p95_s, then.itl_p95_s),
+        wall_s=first.wall_s + then.wall_s, prefill_s=first.prefill_s + then.prefill_s,
+        draft_s=first.draft_s + then.draft_s, verify_s=first.verify_s + then.verify_s,
+        python_s=first.python_s + then.python_s, estimated_plain_tokens_per_s=plain_tps,
+        estimated_speedup=tps / plain_tps if plain_tps else None, draft_mode=then.draft_mode,
+        note="; ".join(dict.fromkeys(notes)), auto_rounds_before=first.auto_rounds_before,
+        certainty=then.certainty, rounds_by_drafter=modes,
+    )

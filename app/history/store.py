@@ -20,23 +20,26 @@ A conversation-wide leaf pointer would remember only one branch.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
 
 from engine import paths
+from engine.attachments import Attachment, AttachmentKind
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
 
 from app.history.records import Conversation, Message, Role, StoredReply, stats_from_dict
 from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 3  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives)
+SCHEMA_VERSION = 4  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives);
+# 4: files attached to questions
 BUSY_S = 1.0
 """How long a statement waits for another process's lock before it gives up (GUI thread: short)."""
 
@@ -84,6 +87,15 @@ CREATE TABLE IF NOT EXISTS tokens (
     margin REAL,
     PRIMARY KEY (message_id, idx)
 );
+CREATE TABLE IF NOT EXISTS attachments (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (message_id, idx)
+);
 """
 
 
@@ -93,6 +105,7 @@ _COLUMNS = {  # what this version reads; a file lacking any is not ours to write
                 "parent_id, shown",
     "rounds": "message_id, round, data",
     "tokens": "message_id, idx, text, token_id, source, round, p, q, runner_up, margin",
+    "attachments": "message_id, idx, name, size, kind, text",
 }
 _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in one transaction
     1: ("ALTER TABLE tokens ADD COLUMN runner_up INTEGER", "ALTER TABLE tokens ADD COLUMN margin REAL"),
@@ -102,6 +115,9 @@ _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in o
         "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages AS p "
         "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)",
         "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)"),
+    3: ("CREATE TABLE IF NOT EXISTS attachments (message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE, "
+        "idx INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, "
+        "PRIMARY KEY (message_id, idx))",),
 }
 
 
@@ -405,25 +421,31 @@ class ChatStore:
         return self.mode != StoreMode.READ_ONLY
 
     # -- reading and writing -----------------------------------------------------------------
-    def _write(self, sql_batches: Sequence[tuple[str, Sequence]]) -> list[int]:
-        """Run statements in one transaction; returns lastrowid of each."""
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: everything in it is written, or nothing (StoreError says why)."""
         if not self.writable:
             raise StoreError(f"could not save: {self._refusal}")
-        ids = []
         try:
             self.db.execute("BEGIN IMMEDIATE")
-            for sql, args in sql_batches:
-                ids.append(self.db.execute(sql, args).lastrowid)
+            yield self.db
             self.db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._damage_seen = self._damage_seen or is_corruption(exc)
+        except BaseException as exc:
+            if isinstance(exc, sqlite3.Error):
+                self._damage_seen = self._damage_seen or is_corruption(exc)
             try:
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # SQLite rolls back on its own when the disk refuses even that
-            raise StoreError(f"could not save to {self.path.name}: {reason(exc)}") from None
-        return ids
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"could not save to {self.path.name}: {reason(exc)}") from None
+            raise
+
+    def _write(self, sql_batches: Sequence[tuple[str, Sequence]]) -> list[int]:
+        """Run statements in one transaction; returns lastrowid of each."""
+        with self._transaction() as db:
+            return [db.execute(sql, args).lastrowid for sql, args in sql_batches]
 
     def _read(self, sql: str, args: Sequence = ()) -> list[tuple]:
         try:
@@ -440,9 +462,10 @@ class ChatStore:
             like = f"%{escaped}%"
             rows = self._read(
                 "SELECT id, title, updated FROM conversations c WHERE title LIKE ? ESCAPE '\\' OR EXISTS "
-                "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\') "
-                "ORDER BY updated DESC, id DESC",
-                (like, like),
+                "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\') OR EXISTS "
+                "(SELECT 1 FROM attachments a JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = c.id "
+                "AND a.name LIKE ? ESCAPE '\\') ORDER BY updated DESC, id DESC",
+                (like, like, like),
             )
         else:
             rows = self._read("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
@@ -465,22 +488,28 @@ class ChatStore:
 
     # -- messages ----------------------------------------------------------------
     def add_message(self, conv_id: int, role: Role, content: str, target: str = "", drafter: str = "",
-                    settings: dict | None = None, parent_id: int | None | object = LEAF) -> Message:
-        """A new message after `parent_id` (None: a first message; LEAF: the shown path's last one).
-
-        It becomes the shown alternative among its siblings."""
+                    settings: dict | None = None, parent_id: int | None | object = LEAF,
+                    attachments: Sequence[Attachment] = (), finish_reason: FinishReason | None = None) -> Message:
+        """A new message after `parent_id` (None: a first message; LEAF: the shown path's last one), with
+        its attached files, in one transaction. It becomes the shown alternative among its siblings.
+        `finish_reason`: a reply written whole (an edit), not streamed."""
         if parent_id is LEAF:
             path = self.shown_path(conv_id)
             parent_id = path[-1].id if path else None
         now = time.time()
-        (mid, _) = self._write([
-            ("INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, parent_id, shown) "
-             "VALUES (?,?,?,?,?,?,?,?,(SELECT COALESCE(MAX(shown), 0) + 1 FROM messages WHERE conversation_id=?))",
-             (conv_id, role.value, content, now, target, drafter, json.dumps(settings or {}), parent_id, conv_id)),
-            ("UPDATE conversations SET updated=? WHERE id=?", (now, conv_id)),
-        ])
-        return Message(mid, role, content, target, drafter, created=now, settings=dict(settings or {}),
-                       parent_id=parent_id)  # type: ignore[arg-type]
+        with self._transaction() as db:
+            mid = db.execute(
+                "INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, parent_id, "
+                "shown, finish_reason) VALUES (?,?,?,?,?,?,?,?,(SELECT COALESCE(MAX(shown), 0) + 1 FROM messages "
+                "WHERE conversation_id=?),?)",
+                (conv_id, role.value, content, now, target, drafter, json.dumps(settings or {}), parent_id, conv_id,
+                 finish_reason.value if finish_reason else None)).lastrowid
+            _insert_attachments(db, mid, attachments)
+            db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conv_id))
+        m = Message(mid, role, content, target, drafter, created=now, settings=dict(settings or {}),
+                    parent_id=parent_id, attachments=tuple(attachments))  # type: ignore[arg-type]
+        m.finish_reason = finish_reason
+        return m
 
     def delete_message(self, message_id: int) -> None:
         """Delete one message; its children move up to its parent, keeping their own branches.
@@ -503,6 +532,7 @@ class ChatStore:
             ("UPDATE messages SET parent_id=? WHERE parent_id=?", (parent_id, message_id)),
             ("DELETE FROM tokens WHERE message_id=?", (message_id,)),  # schema-1 files have no cascade
             ("DELETE FROM rounds WHERE message_id=?", (message_id,)),
+            ("DELETE FROM attachments WHERE message_id=?", (message_id,)),
             ("DELETE FROM messages WHERE id=?", (message_id,)),
         ]
         if keep is not None:
@@ -551,6 +581,88 @@ class ChatStore:
             return False
         self.rename(conv_id, title)
         return True
+
+    def reopen(self, message_id: int) -> None:
+        """A reply is being continued: until it finishes again it reads back as interrupted, its text
+        made of its tokens (old and new), should the app stop before then."""
+        self._write([("UPDATE messages SET content='', finish_reason=NULL, stats=NULL, error='' WHERE id=?",
+                      (message_id,))])
+
+    # -- whole conversations: fork, export, import ---------------------------------------------------
+    def fork(self, conv_id: int, message_id: int, title: str) -> Conversation:
+        """A new conversation holding the shown path up to `message_id`, every message copied whole
+        (tokens, rounds, attached files); the original is not changed."""
+        path = [step.id for step in self.shown_path(conv_id)]
+        if message_id not in path:
+            raise StoreError("the message to fork from is not shown in its chat any more")
+        now = time.time()
+        with self._transaction() as db:
+            new_conv = db.execute("INSERT INTO conversations(title, created, updated) VALUES (?,?,?)",
+                                  (title, now, now)).lastrowid
+            parent = None
+            for stamp, old in enumerate(path[: path.index(message_id) + 1], 1):
+                parent = db.execute(
+                    "INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, "
+                    "finish_reason, stats, error, parent_id, shown) SELECT ?, role, content, created, target, drafter, "
+                    "settings, finish_reason, stats, error, ?, ? FROM messages WHERE id=?",
+                    (new_conv, parent, stamp, old)).lastrowid
+                for table, columns in (("tokens", "idx, text, token_id, source, round, p, q, runner_up, margin"),
+                                       ("rounds", "round, data"), ("attachments", "idx, name, size, kind, text")):
+                    db.execute(f"INSERT INTO {table}(message_id, {columns}) SELECT ?, {columns} FROM {table} "
+                               "WHERE message_id=?", (parent, old))
+        return Conversation(new_conv, title, now)
+
+    def tree(self, conv_id: int) -> list[tuple[Message, int]]:
+        """Every message of a conversation, every branch, parents before children, each with its shown
+        stamp (within each group of alternatives the highest is shown). A parent id naming no message
+        of the conversation reads as None, as everywhere else."""
+        groups = self._groups(conv_id)
+        parent_of = {mid: parent for parent, group in groups.items() for mid, _ in group}
+        stamps = {mid: stamp for group in groups.values() for mid, stamp in group}
+        loaded = self.load(sorted(parent_of))
+        out, placed = [], set()
+        pending = sorted(parent_of)
+        while pending:  # parents first (an id order can differ: a message moved up by a deletion)
+            later = []
+            for mid in pending:
+                parent = parent_of[mid]
+                if parent is None or parent in placed or parent not in parent_of:
+                    m = loaded.get(mid)
+                    if m is not None:
+                        m.parent_id = parent
+                        out.append((m, stamps[mid]))
+                    placed.add(mid)
+                else:
+                    later.append(mid)
+            if len(later) == len(pending):  # a loop only a hand-edited file can hold: break it at the oldest
+                parent_of[later[0]] = None
+            pending = later
+        return out
+
+    def import_conversation(self, title: str, messages: Sequence[tuple[Message, int]]) -> Conversation:
+        """A new conversation made of `messages` (each with its shown stamp; parent ids name earlier
+        messages of the list), in one transaction: all of it is saved, or nothing."""
+        now = time.time()
+        ids: dict[int, int] = {}
+        with self._transaction() as db:
+            conv = db.execute("INSERT INTO conversations(title, created, updated) VALUES (?,?,?)",
+                              (title, now, now)).lastrowid
+            for m, stamp in messages:
+                mid = db.execute(
+                    "INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, "
+                    "finish_reason, stats, error, parent_id, shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (conv, m.role.value, m.content, m.created or now, m.target, m.drafter, json.dumps(m.settings),
+                     m.finish_reason.value if m.finish_reason else ("error" if m.role == Role.ASSISTANT else None),
+                     json.dumps(m.stats.to_dict()) if m.stats else None, m.error, ids.get(m.parent_id), stamp),
+                ).lastrowid
+                ids[m.id] = mid
+                db.executemany("INSERT INTO tokens VALUES (?,?,?,?,?,?,?,?,?,?)", [
+                    (mid, t.index, t.text, t.token_id, t.source.value, t.round, t.p, t.q, t.runner_up, t.margin)
+                    for t in m.tokens])
+                db.executemany("INSERT INTO rounds VALUES (?,?,?)",
+                               [(mid, n, json.dumps(r.to_dict())) for n, r in m.rounds.items()])
+                _insert_attachments(db, mid, m.attachments)
+        return Conversation(conv, title, now)
 
     def reply_settings(self, message_id: int) -> dict:
         """The settings a reply was made with (the app's settings JSON at the time); {} if unknown."""
@@ -619,6 +731,17 @@ class ChatStore:
                     out[mid] = Message(mid, kind, content, target, drafter, **fields)
                 else:
                     out[mid] = self._reply(mid, content, target, drafter, finish, stats, fields)
+            files: dict[int, list[Attachment]] = {}
+            for mid, name, size, kind, text in self._read(
+                    f"SELECT message_id, name, size, kind, text FROM attachments WHERE message_id IN ({marks}) "
+                    "ORDER BY message_id, idx", chunk):
+                try:
+                    files.setdefault(mid, []).append(Attachment(name, size, AttachmentKind(kind), text))
+                except ValueError:
+                    continue  # a kind this version does not know (a newer Draftlight's)
+            for mid, attached in files.items():
+                if mid in out:
+                    out[mid].attachments = tuple(attached)
         return out
 
     def _rows(self, sql: str, message_id: int) -> Callable[[], list[tuple] | None]:
@@ -657,6 +780,11 @@ class ChatStore:
             m.content = m.content or "".join(t.text for t in m.tokens)
             m.error = m.error or ("" if finish else "interrupted: the app closed before the reply finished")
         return m
+
+
+def _insert_attachments(db: sqlite3.Connection, message_id: int, attachments: Sequence[Attachment]) -> None:
+    db.executemany("INSERT INTO attachments VALUES (?,?,?,?,?,?)",
+                   [(message_id, i, a.name, a.size, a.kind.value, a.text) for i, a in enumerate(attachments)])
 
 
 def _shown_of(group: Sequence[tuple[int, int]]) -> int:

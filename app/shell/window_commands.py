@@ -39,8 +39,10 @@ class WindowCommands(QObject):
         # File
         self.new = command(w, "&New chat", "Start a new chat", key_sequences(StandardKey.New, "Ctrl+N"), name="new_chat")
         self.export_md = command(w, "Export &Markdown…", "Save this chat as a Markdown file", keys("Ctrl+E"))
-        self.export_trace = command(w, "Export &trace (JSONL)…", "Save every token, round and timing of this chat as "
-                                    "JSON Lines", keys("Ctrl+Shift+E"))
+        self.export_trace = command(w, "Export &trace (JSONL)…", "Save every branch of this chat with every token, "
+                                    "round and timing as JSON Lines (Import chat reads it back)", keys("Ctrl+Shift+E"))
+        self.import_chat = command(w, "&Import chat…", "Open a chat exported as JSON Lines (Export trace) as a new chat",
+                                   key_sequences(StandardKey.Open, "Ctrl+O"))
         self.quit = command(w, "&Quit", "Close Draftlight (chats are saved as they are written)",
                             key_sequences(StandardKey.Quit, "Ctrl+Q"))
         # Edit: on the text field that has the keyboard
@@ -79,6 +81,8 @@ class WindowCommands(QObject):
         self.full_screen = command(w, "&Full screen", "Use the whole screen", key_sequences(StandardKey.FullScreen, "F11"),
                                    checkable=True)
         # Chat
+        self.attach = command(w, "Attach &files…", "Add text, code or PDF files to your message (or drop or paste them "
+                              "into the message box)", keys("Ctrl+Shift+A"))
         self.send = command(w, "&Send", "Send the message (Enter in the message box; Shift+Enter starts a new line)",
                             keys("Ctrl+Return"), name="send_message")
         self.stop = command(w, "S&top", "Stop the reply", keys("Esc"))
@@ -126,12 +130,12 @@ class WindowCommands(QObject):
         theme_menu = QMenu("&Theme", bar)
         theme_menu.addActions(list(self.themes.values()))
         menus: list[tuple[str, list[QAction | QMenu | None]]] = [
-            ("&File", [self.new, None, self.export_md, self.export_trace, None, self.quit]),
+            ("&File", [self.new, None, self.export_md, self.export_trace, self.import_chat, None, self.quit]),
             ("&Edit", [self.undo, self.redo, None, self.cut, self.copy, self.paste, self.select_all, None,
                        self.find, self.find_next, self.find_previous, None, self.search_chats]),
             ("&View", [self.highlight, self.rejected, self.details, None, self.chat_list, self.stats, toolbar_action,
                        None, theme_menu, None, self.next_pane, self.previous_pane, self.full_screen]),
-            ("&Chat", [self.send, self.stop, None, self.regenerate, self.compare, None, self.previous_message,
+            ("&Chat", [self.attach, self.send, self.stop, None, self.regenerate, self.compare, None, self.previous_message,
                        self.next_message, self.message_actions, self.message_box, None, self.rename_chat,
                        self.delete_chat]),
             ("&Models", [self.models, self.hardware, None, self.target, self.drafter, self.draft_length, self.auto,

@@ -383,15 +383,18 @@ class Session:
         return [(n, m) for n, (m, _) in medians.items()], all(ok for _, ok in medians.values())
 
     # -- prompts ----------------------------------------------------------------
-    def render(self, messages: Sequence[dict[str, str]], reserve: int = 0) -> RenderedPrompt:
-        """Chat template, then tokens; drops the oldest exchanges by the module's rule."""
+    def render(self, messages: Sequence[dict[str, str]], reserve: int = 0,
+               reply_prefix: Sequence[int] = ()) -> RenderedPrompt:
+        """Chat template, then tokens; drops the oldest exchanges by the module's rule. `reply_prefix`:
+        the start of the assistant's reply, already written (Continue): the prompt ends with it, so the
+        reply goes on from there and a cache that holds it is reused whole."""
         msgs = [dict(m) for m in messages]
         if not msgs or msgs[-1].get("role") != "user":
             raise EngineError("a chat request must end with a user message")
         reserve = min(reserve, self.target.n_ctx // 2)
         dropped = 0
         while True:
-            tokens = self._tokens_for(msgs)
+            tokens = self._tokens_for(msgs) + list(reply_prefix)
             if len(tokens) + reserve <= self.target.n_ctx:
                 break
             first = 1 if msgs[0].get("role") == "system" else 0
@@ -406,10 +409,25 @@ class Session:
         if len(tokens) >= self.target.n_ctx:
             raise ContextFullError(
                 f"the message is too long: {len(tokens)} tokens with the chat template, and the context holds "
-                f"{self.target.n_ctx}. Shorten it or load the model with a longer context."
+                f"{self.target.n_ctx}. Shorten it or load the model with a longer context.",
+                needed=len(tokens), holds=self.target.n_ctx,
             )
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         return RenderedPrompt(tokens, dropped, notes)
+
+    def reply_tokens(self, text: str, token_ids: Sequence[int] = ()) -> list[int]:
+        """The tokens of a reply written so far, for `render(reply_prefix=...)`: its own ids when they spell
+        its text in this vocabulary (the cache that holds them is then reused), else the text tokenized."""
+        t = self.target
+        if token_ids and all(0 <= i < t.n_vocab for i in token_ids):
+            spelled = b"".join(t.piece(i) for i in token_ids).decode("utf-8", "replace")
+            if spelled == text:
+                return list(token_ids)
+        return t.tokenize(text, add_special=False, parse_special=False)
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is for the target, as it stands inside a message."""
+        return len(self.target.tokenize(text, add_special=False, parse_special=False))
 
     def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str]]:
         t = self.target
@@ -457,9 +475,11 @@ class Session:
             return auto
         return make_policy(settings.draft_max, self.costs, self.drafter.uses_model)
 
-    def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
-        """Reply to a conversation (list of {'role', 'content'}, system first if any)."""
-        rendered = self.render(messages, reserve=settings.max_tokens)
+    def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings(),
+             reply_prefix: Sequence[int] = ()) -> Iterator[Event]:
+        """Reply to a conversation (list of {'role', 'content'}, system first if any); with `reply_prefix`
+        (Session.reply_tokens), continue that reply instead: the events are those of what it adds."""
+        rendered = self.render(messages, reserve=settings.max_tokens, reply_prefix=reply_prefix)
         return self.generate_tokens(rendered.tokens, settings, rendered.notes)
 
     def complete(self, prompt: str, settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.attachments import read_attachment, user_content
+from engine.errors import AttachmentError, EngineError
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.history_index import DEFAULT_CAP_MB, HistoryIndex, vocab_fingerprint
 from engine.decoding.session import DraftSpec, GenerationSettings, Session
@@ -108,7 +109,23 @@ class RunResult:
     second_choices: list[tuple[int | None, float | None]] = field(default_factory=list, repr=False)
 
 
+def _with_files(message: dict, folder: Path, where: str) -> str:
+    """A message's content with its attached files (paths relative to the prompts file) as the app gives them
+    to the model: each file's name and text in a fence, before the words (engine.attachments.user_content)."""
+    files = message.get("attachments") or []
+    if not files:
+        return message["content"]
+    if message["role"] != "user" or not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise EngineError(f"{where}: 'attachments' must be a list of file paths, on a user message")
+    try:
+        return user_content(message["content"], [read_attachment(folder / f) for f in files])
+    except AttachmentError as exc:
+        raise EngineError(f"{where}: {exc}") from None
+
+
 def load_prompts(path: Path) -> list[BenchPrompt]:
+    """The prompts file: one JSON object a line, a 'category' and a 'prompt' or 'messages' (role/content; a user
+    message may name 'attachments', files relative to the prompts file)."""
     prompts = []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -126,7 +143,8 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
             if not all(isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") in ("system", "user", "assistant")
                        for m in msgs) or msgs[-1]["role"] != "user":
                 raise EngineError(f"{path}:{n}: 'messages' must be role/content pairs ending with a user message")
-            obj = {**obj, "prompt": msgs[-1]["content"], "history": tuple({"role": m["role"], "content": m["content"]} for m in msgs[:-1])}
+            msgs = [{"role": m["role"], "content": _with_files(m, Path(path).parent, f"{path}:{n}")} for m in msgs]
+            obj = {**obj, "prompt": msgs[-1]["content"], "history": tuple(msgs[:-1])}
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("category"), str):
             raise EngineError(f"{path}:{n}: each line needs a 'prompt' (or 'messages') and a 'category' (strings)")
         prompts.append(BenchPrompt(id=str(obj.get("id", f"{obj['category']}-{n}")), category=obj["category"], prompt=obj["prompt"],
