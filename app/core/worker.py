@@ -226,7 +226,7 @@ class EngineWorker(QObject):
             rendered = session.render(list(req.messages), reserve=req.settings.max_tokens)
             with self._lock:
                 self._running = req.id
-                events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes)  # clears the stop flag
+                events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True)  # clears the stop flag
                 if req.id in self._stopped:  # stopped before it began
                     session.stop()
             for ev in events:

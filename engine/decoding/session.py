@@ -38,6 +38,10 @@ FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant: {% endif %}"
 )
+#: Where a reply in the fallback layout ends: nothing else tells the model its turn is over, and it
+#: goes on to write the next "User:" turn. The layout writes "\n\nUser: "; one newline is enough to
+#: tell a new turn (and the earliest match wins, so the blank line goes with the marker).
+FALLBACK_STOPS = ("\n\nUser:", "\nUser:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +111,7 @@ class Session:
                                  cancel=cancel)
         self.costs = CostModel()
         self.stop_event = threading.Event()
-        self._render, self._template_note = self._chat_renderer()
+        self._render, self._template_note, self.stop_strings = self._chat_renderer()
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
@@ -359,18 +363,21 @@ class Session:
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         return RenderedPrompt(tokens, dropped, notes)
 
-    def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str]]:
+    def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str], tuple[str, ...]]:
+        """The template's renderer, what to tell the user about it, and the stop strings of chat replies."""
         t = self.target
         facts = t.vocab_facts()
         bos = t.special_text(facts.bos) if facts.bos >= 0 else ""
         eos = t.special_text(facts.eos) if facts.eos >= 0 else ""
         fallback = "using a plain 'Role: text' layout"
         if not t.chat_template:
-            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name} has no chat template: {fallback}"]
+            return (chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name} has no chat template: {fallback}"],
+                    FALLBACK_STOPS)
         try:
-            return chat_renderer(t.chat_template, bos, eos), []
+            return chat_renderer(t.chat_template, bos, eos), [], ()
         except Exception as exc:  # a template is code from the file: it may not even compile
-            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"]
+            return (chat_renderer(FALLBACK_TEMPLATE, bos, eos),
+                    [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"], FALLBACK_STOPS)
 
     def render_text(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the chat template renders it (what other tools can be given)."""
@@ -408,13 +415,15 @@ class Session:
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Reply to a conversation (list of {'role', 'content'}, system first if any)."""
         rendered = self.render(messages, reserve=settings.max_tokens)
-        return self.generate_tokens(rendered.tokens, settings, rendered.notes)
+        return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True)
 
     def complete(self, prompt: str, settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Continue raw text, no chat template."""
         return self.generate_tokens(self.target.tokenize(prompt, add_special=True), settings)
 
-    def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = ()) -> Iterator[Event]:
+    def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = (),
+                        chat: bool = False) -> Iterator[Event]:
+        """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings."""
         self.stop_event.clear()
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.p_min = settings.p_min
@@ -424,7 +433,7 @@ class Session:
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
-            control=self.control_rounds,
+            control=self.control_rounds, stop_strings=self.stop_strings if chat else (),
         )
         return self._keeping(events)
 
