@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.control.controller import engine_threads_running
 
     if engine_threads_running():
-        # Closed during a model load or a long prompt read, which llama.cpp cannot interrupt. The
-        # chats and settings are saved and closed: exit now rather than wait, and let the system
-        # free the models.
+        # The engine thread is freeing the models (about half a second for a pair), or is inside a
+        # model load, which llama.cpp cannot interrupt. The chats and settings are saved and closed:
+        # exit now rather than wait, and let the system free the models (faster than freeing them).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

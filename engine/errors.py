@@ -23,3 +23,7 @@ class ContextFullError(EngineError):
 
 class LoadCancelled(EngineError):
     """A model load was cancelled before it finished: nothing of it stays loaded."""
+
+
+class Interrupted(EngineError):
+    """A stop request ended a model's pass part-way; its cache is as it was before the pass."""

@@ -22,7 +22,7 @@ from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, Mo
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import Event
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest, chat_renderer
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
@@ -110,7 +110,9 @@ class Session:
         self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None,
                                  cancel=cancel)
         self.costs = CostModel()
-        self.stop_event = threading.Event()
+        self.stop_event = StopRequest()
+        """The running reply's stop request (a fresh one per reply: a late stop of the last reply cannot
+        end the next one); the models watch it while the reply runs, so it ends a pass part-way."""
         self._render, self._template_note, self.stop_strings = self._chat_renderer()
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
@@ -424,7 +426,9 @@ class Session:
     def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = (),
                         chat: bool = False) -> Iterator[Event]:
         """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings."""
-        self.stop_event.clear()
+        self.stop_event = stop = StopRequest()
+        for m in self._models():
+            m.watch(stop)
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.p_min = settings.p_min
         elif isinstance(self.drafter, CombinedDrafter):
@@ -432,7 +436,7 @@ class Session:
         events = generate(
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
-            stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
+            stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
             control=self.control_rounds, stop_strings=self.stop_strings if chat else (),
         )
         return self._keeping(events)
@@ -442,10 +446,16 @@ class Session:
         try:
             yield from events
         finally:
+            for m in self._models():
+                m.watch(None)  # measuring and loading are never cut short by a late stop
             self.keep_calibration()
 
+    def _models(self) -> list[LlamaModel]:
+        return [m for m in (self.target, self.draft_model) if m is not None]
+
     def stop(self) -> None:
-        """Ask the running reply to end; safe from any thread. Takes effect within one round."""
+        """Ask the running reply to end; safe from any thread, returns at once. The pass in progress
+        ends part-way (llama_backend.StopRequest) or, where that cannot be, the reply ends after it."""
         self.stop_event.set()
 
     def reset_state(self) -> None:

@@ -28,7 +28,7 @@ from engine.decoding.sampling import SamplingParams, accept_draft_token, distrib
 from engine.decoding.stats import StatsTracker
 from engine.decoding.stop_strings import StopText
 from engine.decoding.verdict import ControlRounds
-from engine.errors import ContextFullError, EngineError
+from engine.errors import ContextFullError, EngineError, Interrupted
 
 _NO_DRAFT = Draft()
 
@@ -114,12 +114,15 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
     reads it too when the policy says so (Auto prices that read in its first round instead).
     Returns the context and the reused prefix."""
     reused = target.sync(prompt[:-1])
-    for start in range(reused, len(prompt) - 1, target.n_batch):
-        if stop is not None and stop.is_set():
-            break  # a long prompt can take a while: a stop request is honoured between batches
-        target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
-    if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
-        drafter.begin(prompt, stop)
+    try:
+        for start in range(reused, len(prompt) - 1, target.n_batch):
+            if stop is not None and stop.is_set():
+                break  # a long prompt can take a while: a stop request is honoured between batches
+            target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
+        if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
+            drafter.begin(prompt, stop)
+    except Interrupted:
+        pass  # and inside one (llama_backend.StopRequest): the cache holds what was read before it
     # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
     return list(prompt[: len(target.kv) + 1]), reused
 
@@ -196,11 +199,16 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             raise ContextFullError("the context is full")
         number += 1
         limit = min(room, max_tokens - emitted - 1, k_cap)
-        if control is not None and control.due(max_tokens - emitted):
-            draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
-        else:
-            draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
-        rows, verify_s = verify(target, ctx, draft)
+        try:
+            if control is not None and control.due(max_tokens - emitted):
+                draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
+            else:
+                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
+            if stop is not None and stop.is_set():
+                return  # asked while drafting: the round ends before its verification pass
+            rows, verify_s = verify(target, ctx, draft)
+        except Interrupted:
+            return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
         new = draft.tokens[: verdict.accepted] + [verdict.next_token]
