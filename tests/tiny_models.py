@@ -26,6 +26,39 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+#: Qwen3's chat template as it treats thinking (tools left out): an assistant message's thinking comes
+#: from its `reasoning_content` (or from tags in its content), and only turns after the last question
+#: keep it; `enable_thinking=false` writes an empty thinking block into the generation prompt.
+QWEN3_STYLE = (
+    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- set content = message.content if message.content is string else '' %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{%- set reasoning_content = '' %}"
+    "{%- if message.reasoning_content is string %}{%- set reasoning_content = message.reasoning_content %}"
+    "{%- elif '</think>' in content %}"
+    "{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}"
+    "{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}"
+    "{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+#: A template that always thinks (as Qwen3's thinking-only releases do): the generation prompt opens the
+#: block, so the reply starts inside it and only the close tag comes.
+THINKING_OPEN = QWEN3_STYLE.replace("{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}",
+                                    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}")
+
 _WORDS = (
     "the of and to in is that it for on with as was at by be this are from or have an not "
     "but they which one you were all we her she there can their what if will so about when "

@@ -57,6 +57,15 @@ class LiveReply:
     """Code blocks before the tail."""
     skip_lines: int = 0
     """Lines of the code fence at `cut` that stay as they are."""
+    limit: int | None = None
+    """Where the streamed part ends in `source` (None: at its end). A reply that thinks streams one part
+    at a time: its thinking (up to a close tag still arriving) while that is shown, then its answer."""
+    thought: bool = False
+    """The streamed part is the reply's thinking."""
+    phase: tuple = ()
+    """Which part streams, and how (app.chat.thinking.phase): when it changes, the message is drawn again."""
+    first_token: int = 0
+    """The first token of the streamed part (rejected drafts of earlier tokens are not shown with it)."""
 
     def take(self, tokens: Sequence[TokenEvent]) -> None:
         """The reply's tokens so far (those beyond `n_tokens` are new)."""
@@ -72,11 +81,12 @@ class LiveReply:
 
     def render(self, w: ReplyWriter) -> None:
         """Writes the tail at the writer's cursor, then moves the cut as far as the text allows."""
-        parsed = parse(self.source, self.cut, self.cut_code, self.skip_lines)
+        source = self.source if self.limit is None else self.source[:max(self.limit, self.cut)]
+        parsed = parse(source, self.cut, self.cut_code, self.skip_lines)
         marks: list[BlockMark] = []
         w.write(parsed.blocks, marks.append)
         w.flush()
-        complete = self.source.rfind("\n") + 1  # where the last, maybe partial, line starts
+        complete = source.rfind("\n") + 1  # where the last, maybe partial, line starts
         # A top block markdown-it dropped (nested past its maxNesting) has no mark: the cut cannot go there.
         marked = {mk.block.top for mk in marks}
         tops = [t for t in parsed.tops if self.cut < t < complete and t in marked]

@@ -66,6 +66,16 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
             _write_links(w, m, _UNANSWERED_LINKS if unanswered else _USER_LINKS, unanswered)
 
 
+def write_thinking_toggle(w: ReplyWriter, m: Message, label: str, expanded: bool) -> None:
+    """The line that stands for a reply's thinking; a link (click, or Tab to it and Enter) shows or hides it."""
+    bf = QTextBlockFormat()
+    bf.setTopMargin(2)
+    bf.setBottomMargin(6)
+    w.start_block(bf)
+    tip = "Hide the model's thinking" if expanded else "Show the model's thinking (its tokens are marked like the answer's)"
+    w.insert(label, w.formats.link(app_href(LinkKind.THINKING, m.id), tip, 0.92))
+
+
 def write_end(w: ReplyWriter, m: Message, actions: bool) -> None:
     """A reply's note (why it stopped, or what failed) on its own line, then its footer."""
     if m.role == Role.USER:

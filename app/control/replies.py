@@ -21,6 +21,7 @@ from typing import Protocol
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decoding.events import FinishReason
+from engine.decoding.reasoning import split_reply
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings
 
@@ -57,16 +58,23 @@ def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[st
 
     Consecutive messages of one role are sent as one turn: deleting a message can leave two
     questions (or two replies) in a row, and many chat templates refuse turns that do not alternate.
+    A reply that thought is sent as its answer with its thinking apart, as `reasoning_content`: the chat
+    template decides whether that goes back into the context (Qwen3's keeps none of an earlier turn's).
     """
     out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     for m in messages:
-        text = m.text
-        if m.role == Role.ASSISTANT and not text:
+        text, thinking = m.text, m.thinking
+        if m.role == Role.ASSISTANT and not thinking:  # a reply cut short by a crash keeps its tags in its text
+            thinking, text = split_reply(text, m.thinking_open).split(text)
+        if m.role == Role.ASSISTANT and not text and not thinking:
             continue
+        turn = {"role": m.role.value, "content": text}
+        if thinking:
+            turn["reasoning_content"] = thinking
         if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
-            out[-1] = {"role": m.role.value, "content": out[-1]["content"] + "\n\n" + text}
+            out[-1] = {**out[-1], **turn, "content": out[-1]["content"] + "\n\n" + text}
         else:
-            out.append({"role": m.role.value, "content": text})
+            out.append(turn)
     return out
 
 

@@ -232,7 +232,8 @@ class EngineWorker(QObject):
                     held = session.history
                     session.use_history(None)
             rendered = session.render(list(req.messages), reserve=req.settings.max_tokens)
-            events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True)
+            events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True,
+                                             thinking_open=rendered.thinking_open)
             stop = session.stop_event  # this reply's own
             self._running = (req.id, stop)  # then read _stopped (stop() writes them the other way round)
             if req.id in self._stopped:  # stopped before it began

@@ -67,6 +67,10 @@ class Message:
     """Its place among the alternatives that share its parent, from 1 (regenerated or edited)."""
     variants: int = 1
     """How many alternatives share its parent."""
+    thinking: str = ""
+    """A reply's thinking, kept apart from its answer (content); "" when it did not think or is still streaming."""
+    thinking_open: bool = False
+    """The prompt opened the reply's thinking block: its tokens start inside it (engine.decoding.reasoning)."""
 
     @property
     def text(self) -> str:

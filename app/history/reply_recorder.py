@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
+from engine.decoding.reasoning import split_reply
 
 from app.core.errors import Level, Notice, explain
 from app.history.records import Message
@@ -57,6 +58,7 @@ class ReplyRecorder:
         self._flush_pending()
         for r in rounds:
             self.message.rounds[r.round] = r
+            self.message.thinking_open = r.thinking_open  # the same on every round: the view splits by it
             self.stats.add_round(r)
         self.message.tokens.extend(tokens)
         if tokens:
@@ -78,17 +80,18 @@ class ReplyRecorder:
             m.error = (f"incomplete in the history: {len(self._pending_tokens)} of its {len(m.tokens)} tokens "
                        "could not be saved")
         if self.done is not None:
-            m.content = self.done.text
+            m.content, m.thinking = self.done.text, self.done.thinking
             m.finish_reason = self.done.finish_reason
             m.stats = self.done.stats
-            self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error))
+            self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error, m.thinking))
         elif self.error is not None and m.tokens:
             from engine.decoding.events import FinishReason
 
-            m.content = "".join(t.text for t in m.tokens)
+            raw = "".join(t.text for t in m.tokens)
+            m.thinking, m.content = split_reply(raw, m.thinking_open).split(raw)
             m.finish_reason = FinishReason.CANCELLED
             m.error = f"failed: {explain(self.error).text}"
-            self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
+            self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
         self._on_finished(self)
 
     def _save(self, write: Callable[[], None]) -> bool:

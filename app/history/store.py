@@ -36,7 +36,8 @@ from app.history.records import Conversation, Message, Role, StoredReply, stats_
 from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 3  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives)
+SCHEMA_VERSION = 4  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives);
+# 4: a reply's thinking is kept apart from its answer
 BUSY_S = 1.0
 """How long a statement waits for another process's lock before it gives up (GUI thread: short)."""
 
@@ -61,7 +62,8 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,
     error TEXT NOT NULL DEFAULT '',
     parent_id INTEGER REFERENCES messages(id),
-    shown INTEGER NOT NULL DEFAULT 0
+    shown INTEGER NOT NULL DEFAULT 0,
+    thinking TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
@@ -90,7 +92,7 @@ CREATE TABLE IF NOT EXISTS tokens (
 _COLUMNS = {  # what this version reads; a file lacking any is not ours to write into
     "conversations": "id, title, created, updated",
     "messages": "id, conversation_id, role, content, created, target, drafter, settings, finish_reason, stats, error, "
-                "parent_id, shown",
+                "parent_id, shown, thinking",
     "rounds": "message_id, round, data",
     "tokens": "message_id, idx, text, token_id, source, round, p, q, runner_up, margin",
 }
@@ -102,6 +104,7 @@ _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in o
         "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages AS p "
         "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)",
         "CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id)"),
+    3: ("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''",),
 }
 
 
@@ -538,11 +541,12 @@ class ChatStore:
         if batch:
             self._write(batch)
 
-    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "") -> None:
+    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "", thinking: str = "") -> None:
+        """A reply's end: its answer (`text`), its thinking apart, why it ended and its totals."""
         self._write([(
-            "UPDATE messages SET content=?, finish_reason=?, stats=?, error=? WHERE id=?",
+            "UPDATE messages SET content=?, finish_reason=?, stats=?, error=?, thinking=? WHERE id=?",
             (text, done.finish_reason.value if done else "error",
-             json.dumps(done.stats.to_dict()) if done else None, error, message_id),
+             json.dumps(done.stats.to_dict()) if done else None, error, thinking, message_id),
         )])
 
     def set_title_if_default(self, conv_id: int, title: str) -> bool:
@@ -607,14 +611,15 @@ class ChatStore:
             chunk = list(ids[start:start + 500])
             marks = ",".join("?" * len(chunk))
             rows = self._read(
-                "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings, parent_id "
-                f"FROM messages WHERE id IN ({marks})", chunk)
-            for mid, role, content, target, drafter, finish, stats, error, created, settings, parent in rows:
+                "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings, parent_id, "
+                f"thinking FROM messages WHERE id IN ({marks})", chunk)
+            for mid, role, content, target, drafter, finish, stats, error, created, settings, parent, thinking in rows:
                 try:
                     kind = Role(role)
                 except ValueError:
                     continue  # a role this version does not know (a newer Draftlight's)
-                fields = dict(error=error, created=created, settings=_settings_dict(settings), parent_id=parent)
+                fields = dict(error=error, created=created, settings=_settings_dict(settings), parent_id=parent,
+                              thinking=thinking or "")
                 if kind == Role.USER:
                     out[mid] = Message(mid, kind, content, target, drafter, **fields)
                 else:

@@ -24,7 +24,7 @@ class ReplyParts:
     """Where a reply's thinking and answer lie in its text (offsets into it)."""
 
     thinking: tuple[int, int] | None
-    """The thinking's text (tags and the newlines next to them left out); None: the reply did not think."""
+    """The thinking's text (tags and the white space next to them left out); None: the reply did not think."""
     answer: int
     """Where the answer begins (after the close tag and the blank line after it). While the reply
     thinks, or may yet open a thinking block, this is the text's end: no answer yet."""
@@ -71,8 +71,8 @@ def split_reply(text: str, opened: bool = False, final: bool = True) -> ReplyPar
 
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
-    """The range less the newlines at either end (the template writes "<think>\\n...\\n</think>")."""
-    while start < end and text[start] in "\r\n":
+    """The range less the white space at either end (the template writes "<think>\\n...\\n</think>")."""
+    while start < end and text[start] in " \t\r\n":
         start += 1
     while end > start and text[end - 1] in " \t\r\n":
         end -= 1

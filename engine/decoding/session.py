@@ -20,9 +20,10 @@ from engine.decoding import calibration
 from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
-from engine.decoding.events import Event
+from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest, chat_renderer
+from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
@@ -88,6 +89,8 @@ class RenderedPrompt:
     tokens: list[int]
     dropped_messages: int = 0
     notes: list[str] = field(default_factory=list)
+    thinking_open: bool = False
+    """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
 
 
 class Session:
@@ -345,7 +348,7 @@ class Session:
         reserve = min(reserve, self.target.n_ctx // 2)
         dropped = 0
         while True:
-            tokens = self._tokens_for(msgs)
+            tokens, text = self._tokens_for(msgs)
             if len(tokens) + reserve <= self.target.n_ctx:
                 break
             first = 1 if msgs[0].get("role") == "system" else 0
@@ -363,7 +366,7 @@ class Session:
                 f"{self.target.n_ctx}. Shorten it or load the model with a longer context."
             )
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
-        return RenderedPrompt(tokens, dropped, notes)
+        return RenderedPrompt(tokens, dropped, notes, opens_thinking(text))
 
     def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str], tuple[str, ...]]:
         """The template's renderer, what to tell the user about it, and the stop strings of chat replies."""
@@ -388,7 +391,7 @@ class Session:
         except Exception as exc:
             raise EngineError(f"the model's chat template failed: {exc}") from None
 
-    def _tokens_for(self, msgs: list[dict[str, str]]) -> list[int]:
+    def _tokens_for(self, msgs: list[dict[str, str]]) -> tuple[list[int], str]:
         t = self.target
         facts = t.vocab_facts()
         try:
@@ -399,7 +402,7 @@ class Session:
         tokens = t.tokenize(text, add_special=False, parse_special=True)
         if facts.add_bos and (not tokens or tokens[0] != facts.bos):
             tokens.insert(0, facts.bos)
-        return tokens
+        return tokens, text
 
     # -- replies ----------------------------------------------------------------
     def policy_for(self, settings: GenerationSettings) -> DraftPolicy:
@@ -417,15 +420,17 @@ class Session:
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Reply to a conversation (list of {'role', 'content'}, system first if any)."""
         rendered = self.render(messages, reserve=settings.max_tokens)
-        return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True)
+        return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True,
+                                    thinking_open=rendered.thinking_open)
 
     def complete(self, prompt: str, settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Continue raw text, no chat template."""
         return self.generate_tokens(self.target.tokenize(prompt, add_special=True), settings)
 
     def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = (),
-                        chat: bool = False) -> Iterator[Event]:
-        """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings."""
+                        chat: bool = False, thinking_open: bool = False) -> Iterator[Event]:
+        """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings
+        and its thinking, if it thinks, comes apart from its answer (`thinking_open`: the prompt opened it)."""
         self.stop_event = stop = StopRequest()
         for m in self._models():
             m.watch(stop)
@@ -439,7 +444,7 @@ class Session:
             stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
             control=self.control_rounds, stop_strings=self.stop_strings if chat else (),
         )
-        return self._keeping(events)
+        return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
 
     def _keeping(self, events: Iterator[Event]) -> Iterator[Event]:
         """The reply's events; afterwards the costs its rounds refined are kept for the next launch."""
@@ -473,3 +478,29 @@ class Session:
                 m.close()
         self._loaded_drafters = {}
         self.draft_model = None
+
+
+def _thinking_apart(events: Iterator[Event], opened: bool) -> Iterator[Event]:
+    """A chat reply's events, its end split into thinking and answer (engine.decoding.reasoning), with how
+    long it thought: from its first token to the one that closed the thinking (to its end if none did)."""
+    text: list[str] = []
+    first: float | None = None
+    closed_at: float | None = None
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            now = time.perf_counter()
+            first = now if first is None else first
+            text.append(ev.text)
+            # Cheap until a close tag may have come: the split reads the whole text.
+            if closed_at is None and CLOSE[-1] in ev.text and split_reply("".join(text), opened, final=False).closed:
+                closed_at = now
+        elif isinstance(ev, RoundEvent) and opened:
+            ev = replace(ev, thinking_open=True)
+        elif isinstance(ev, DoneEvent):
+            parts = split_reply(ev.text, opened)
+            if parts.thinking is not None:
+                thinking, answer = parts.split(ev.text)
+                end = closed_at if closed_at is not None else time.perf_counter()
+                seconds = end - first if first is not None else 0.0
+                ev = replace(ev, text=answer, thinking=thinking, stats=replace(ev.stats, thinking_s=seconds))
+        yield ev

@@ -1,0 +1,173 @@
+"""A reasoning model in the window (issue 22, item 2): its thinking shows as one line that a click or a key
+press opens and closes, marked token by token like the answer; it is stored apart and given back to the
+template as the template wants.
+
+The target is a scripted tiny model with a Qwen3-style chat template (tests/tiny_models.py): its reply
+thinks "The **draft** is fast and the target can be slow", with both tags split across tokens, and then
+answers "hello world code". The drafter writes the same script but "python" where the target says
+"fast", so the reply has accepted drafts and corrections in its thinking.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import threading  # noqa: E402
+
+import pytest  # noqa: E402
+import tiny_models  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QFont, QTextCursor  # noqa: E402
+from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+
+from app.core.theme import LIGHT_COLOURS, Mark  # noqa: E402
+from engine.decoding.events import TokenEvent  # noqa: E402
+from engine.decoding.session import Session  # noqa: E402
+
+SPACE = "\u2581"
+EXTRA = ("<thi", "nk>\n", "The", SPACE + "**", "draft", "**", "\n</th", "ink>\n\n", "hello")
+THINKING_PIECES = ("<thi", "nk>\n", "The", SPACE + "**", "draft", "**", SPACE + "is", SPACE + "fast", SPACE + "and",
+                   SPACE + "the", SPACE + "target", SPACE + "can", SPACE + "be", SPACE + "slow")
+ANSWER_PIECES = ("\n</th", "ink>\n\n", "hello", SPACE + "world", SPACE + "code")
+THINKING = "The **draft** is fast and the target can be slow"
+THINKING_SHOWN = "The draft is fast and the target can be slow"  # as the view renders the Markdown
+ANSWER = "hello world code"
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("thinker")
+    script = ("\n", *THINKING_PIECES, *ANSWER_PIECES)
+    drafter_script = tuple(SPACE + "python" if p == SPACE + "fast" else p for p in script)
+    return {
+        "target": tiny_models.write_tiny_model(folder / "thinker.gguf", tiny_models.scripted(
+            "thinker", script, chat_template=tiny_models.QWEN3_STYLE, extra_pieces=EXTRA)),
+        "drafter": tiny_models.write_tiny_model(folder / "thinker-drafter.gguf", tiny_models.scripted(
+            "thinker-drafter", drafter_script, chat_template=tiny_models.QWEN3_STYLE, extra_pieces=EXTRA)),
+    }
+
+
+def link_position(w, text: str) -> int:
+    found = w.chat.document().find(text)
+    assert not found.isNull(), f"{text!r} is not in the chat"
+    return found.selectionStart()
+
+
+def click_at(qtbot, w, position: int) -> None:
+    """A real mouse click on the character at a document position (scrolled into view first)."""
+    chat = w.chat
+    cur = QTextCursor(chat.document())
+    cur.setPosition(position + 1)
+    chat.setTextCursor(cur)
+    chat.ensureCursorVisible()
+    qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=chat.cursorRect(cur).center())
+
+
+def test_thinking_is_one_line_until_opened_by_a_click_and_closed_by_a_key(qtbot, thinker, isolated_home):
+    install_tiny(thinker, isolated_home, draft_max=4)
+    w = open_window(qtbot)
+    reply = send(qtbot, w, "why")
+    assert (reply.thinking, reply.content) == (THINKING, ANSWER)
+    text = w.chat.toPlainText()
+    assert "▸ Thought for " in text and f"· {len(THINKING_PIECES) + 2} tokens" in text
+    assert ANSWER in text and "draft is" not in text and "<" not in text  # collapsed: only its line
+    answer_tokens = [t.index for t in reply.tokens if t.index >= len(THINKING_PIECES) + 2 and t.text.strip()]
+    assert sorted({f.index for f in w.chat.token_fragments()}) == answer_tokens
+
+    click_at(qtbot, w, link_position(w, "Thought for"))
+    text = w.chat.toPlainText()
+    assert "▾ Thought for " in text and THINKING_SHOWN in text and text.index(THINKING_SHOWN) < text.index(ANSWER)
+    assert "<" not in text.replace("‹", "")  # no piece of a tag is shown
+    frags = list(w.chat.token_fragments())
+    thought = [f for f in frags if f.index < len(THINKING_PIECES)]
+    # Every visible thinking token is in the document with its own provenance, marked by its source...
+    assert sorted({f.index for f in thought}) == [i for i in range(2, len(THINKING_PIECES))
+                                                  if reply.tokens[i].text.replace("**", "")]
+    for f in thought:
+        assert f.mark.value == reply.tokens[f.index].source.value and f.text in reply.tokens[f.index].text
+    assert {Mark.ACCEPTED, Mark.CORRECTION} <= {f.mark for f in thought}
+    # ...in the thinking's muted colour where no mark sets its own, and its Markdown renders like the answer's.
+    draft = next(f for f in thought if f.text == "draft")
+    assert draft.format.fontWeight() == QFont.Weight.Bold
+    plain = [f for f in thought if f.mark in (Mark.ACCEPTED, Mark.TARGET)]  # marks without a colour of their own
+    assert plain and all(f.format.foreground().color().name() == LIGHT_COLOURS.muted_fg for f in plain)
+
+    # The link is selected after the click: Enter closes the thinking again.
+    w.chat.setFocus()
+    qtbot.keyClick(w.chat, Qt.Key.Key_Return)
+    text = w.chat.toPlainText()
+    assert "▸ Thought for " in text and "draft is" not in text and ANSWER in text
+    # With nothing selected, Tab goes from link to link (the question's Copy, Edit, Delete, then this line's);
+    # Enter on it opens the thinking.
+    w.chat.setTextCursor(QTextCursor(w.chat.document()))
+    for _ in range(10):
+        qtbot.keyClick(w.chat, Qt.Key.Key_Tab)
+        if w.chat.textCursor().selectedText().startswith("▸ Thought"):
+            break
+    assert w.chat.textCursor().selectedText().startswith("▸ Thought")
+    qtbot.keyClick(w.chat, Qt.Key.Key_Return)
+    assert THINKING_SHOWN in w.chat.toPlainText()
+
+
+def test_thinking_streams_hidden_then_opened_and_is_kept_apart_for_the_next_turn(qtbot, thinker, isolated_home):
+    install_tiny(thinker, isolated_home, draft_max=2)
+    w = open_window(qtbot)
+    gate, at = threading.Event(), threading.Event()
+
+    def hold(_rid, event):  # the engine thread waits inside the thinking, after "target"
+        if isinstance(event, TokenEvent) and event.index == THINKING_PIECES.index(SPACE + "target") and not at.is_set():
+            at.set()
+            gate.wait(20)
+
+    w.controller.worker.sig_event.connect(hold, Qt.ConnectionType.DirectConnection)
+    sent = []
+    w.controller.replies.sig_request.connect(sent.append)
+    try:
+        w.input.setPlainText("why")
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: "▸ Thinking…" in w.chat.toPlainText(), timeout=REPLY_TIMEOUT_MS)
+        qtbot.waitUntil(at.is_set, timeout=REPLY_TIMEOUT_MS)
+        assert "draft is" not in w.chat.toPlainText()
+        click_at(qtbot, w, link_position(w, "Thinking…"))  # opened while it streams
+        qtbot.waitUntil(lambda: "The draft is fast and the" in w.chat.toPlainText(), timeout=REPLY_TIMEOUT_MS)
+        assert "▾ Thinking…" in w.chat.toPlainText()
+        with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
+            gate.set()
+    finally:
+        gate.set()
+        w.controller.worker.sig_event.disconnect(hold)
+    reply = done.args[0]
+    text = w.chat.toPlainText()
+    assert "▾ Thought for " in text and THINKING_SHOWN in text and ANSWER in text  # it stays open once finished
+    assert reply.stats.thinking_s is not None
+
+    # The next question sends the reply as its answer with the thinking apart...
+    send(qtbot, w, "and then")
+    history = sent[-1].messages
+    assert history[1] == {"role": "assistant", "content": ANSWER, "reasoning_content": THINKING}
+    # ...and the template leaves an earlier turn's thinking out of the context.
+    s = Session(thinker["target"], None, calibrate=False)
+    try:
+        prompt = s.render_text(list(history))
+    finally:
+        s.close()
+    assert prompt == ("<|im_start|>user\nwhy<|im_end|>\n<|im_start|>assistant\nhello world code<|im_end|>\n"
+                      "<|im_start|>user\nand then<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_stored_reply_opens_collapsed_with_its_thinking_kept(qtbot, thinker, isolated_home):
+    install_tiny(thinker, isolated_home, draft_max=4)
+    w = open_window(qtbot)
+    first = send(qtbot, w, "why")
+    seconds = first.stats.thinking_s
+    w.close()
+    w2 = open_window(qtbot)
+    reply = w2.controller.messages[-1]
+    assert (reply.thinking, reply.content) == (THINKING, ANSWER)
+    assert reply.stats.thinking_s == pytest.approx(seconds)
+    text = w2.chat.toPlainText()
+    assert "▸ Thought for " in text and "draft is" not in text and ANSWER in text
+    click_at(qtbot, w2, link_position(w2, "Thought for"))
+    assert THINKING_SHOWN in w2.chat.toPlainText()
+    assert any(f.text == "draft" for f in w2.chat.token_fragments())
