@@ -18,7 +18,7 @@ import threading  # noqa: E402
 import pytest  # noqa: E402
 import tiny_models  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QFont, QTextCursor  # noqa: E402
+from PySide6.QtGui import QFont, QTextCursor, QTextFormat  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from app.core.theme import LIGHT_COLOURS, Mark  # noqa: E402
@@ -46,6 +46,16 @@ def thinker(tmp_path_factory):
         "drafter": tiny_models.write_tiny_model(folder / "thinker-drafter.gguf", tiny_models.scripted(
             "thinker-drafter", drafter_script, chat_template=tiny_models.QWEN3_STYLE, extra_pieces=EXTRA)),
     }
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two #rrggbb colours."""
+    def lum(c: str) -> float:
+        rgb = [int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
 
 
 def link_position(w, text: str) -> int:
@@ -90,21 +100,26 @@ def test_thinking_is_one_line_until_opened_by_a_click_and_closed_by_a_key(qtbot,
     # ...in the thinking's muted colour where no mark sets its own, and its Markdown renders like the answer's.
     draft = next(f for f in thought if f.text == "draft")
     assert draft.format.fontWeight() == QFont.Weight.Bold
-    plain = [f for f in thought if f.mark in (Mark.ACCEPTED, Mark.TARGET)]  # marks without a colour of their own
-    assert plain and all(f.format.foreground().color().name() == LIGHT_COLOURS.muted_fg for f in plain)
+    for f in thought:  # where no mark sets a colour: muted, and on a draft's shading still 4.5:1
+        colour = f.format.foreground().color().name()
+        if f.mark in (Mark.TARGET, Mark.ACCEPTED):
+            shaded = f.format.hasProperty(QTextFormat.Property.BackgroundBrush)
+            assert colour == LIGHT_COLOURS.muted_fg.lower() or shaded
+            assert colour != LIGHT_COLOURS.text_fg.lower()
+            assert contrast(colour, LIGHT_COLOURS.accepted_bg if shaded else LIGHT_COLOURS.page_bg) >= 4.5
 
-    # The link is selected after the click: Enter closes the thinking again.
+    # By keyboard: with nothing selected, Tab goes from link to link (the question's Copy, Edit, Delete, then
+    # this line's); Enter on it closes the thinking, and the line stays selected, so Enter opens it again.
     w.chat.setFocus()
-    qtbot.keyClick(w.chat, Qt.Key.Key_Return)
-    text = w.chat.toPlainText()
-    assert "▸ Thought for " in text and "draft is" not in text and ANSWER in text
-    # With nothing selected, Tab goes from link to link (the question's Copy, Edit, Delete, then this line's);
-    # Enter on it opens the thinking.
     w.chat.setTextCursor(QTextCursor(w.chat.document()))
     for _ in range(10):
         qtbot.keyClick(w.chat, Qt.Key.Key_Tab)
-        if w.chat.textCursor().selectedText().startswith("▸ Thought"):
+        if w.chat.textCursor().selectedText().startswith("▾ Thought"):
             break
+    assert w.chat.textCursor().selectedText().startswith("▾ Thought")
+    qtbot.keyClick(w.chat, Qt.Key.Key_Return)
+    text = w.chat.toPlainText()
+    assert "▸ Thought for " in text and "draft is" not in text and ANSWER in text
     assert w.chat.textCursor().selectedText().startswith("▸ Thought")
     qtbot.keyClick(w.chat, Qt.Key.Key_Return)
     assert THINKING_SHOWN in w.chat.toPlainText()

@@ -142,6 +142,7 @@ class ChatView(QTextBrowser):
         self._blocks: dict[int, tuple[tuple[int, int], list[Block]]] = {}  # id -> ((source length, start), blocks)
         self._thoughts: dict[int, tuple[tuple[int, int, int], list[Block]]] = {}  # the same for replies' thinking
         self._expanded: set[int] = set()  # replies whose thinking is shown
+        self._by_key = False  # inside a key press (a link activated by Enter)
         self._sources: dict[int, tuple[list[TokenEvent], int, str, list[int]]] = {}  # see _source_of
         self._formats: Formats | None = None
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
@@ -384,10 +385,12 @@ class ChatView(QTextBrowser):
             self._scroll_to_end()
         else:
             self.verticalScrollBar().setValue(value)
-        self._focus_thinking_link(self._shown[k])
+        if self._by_key:
+            self._focus_thinking_link(self._shown[k])
 
     def _focus_thinking_link(self, shown: ShownMessage) -> None:
-        """Select the message's thinking link, so that Enter toggles it back and Tab goes on from there."""
+        """Select the message's thinking link again after a key opened or closed it (the message was drawn
+        anew): Enter then toggles it back and Tab goes on from there."""
         doc = self.document()
         block = doc.findBlock(shown.start)
         while block.isValid():
@@ -677,7 +680,11 @@ class ChatView(QTextBrowser):
         if e.modifiers() == Qt.KeyboardModifier.ControlModifier and e.key() in (Qt.Key.Key_Up, Qt.Key.Key_Down):
             self.go_to_message(-1 if e.key() == Qt.Key.Key_Up else 1)
             return
-        super().keyPressEvent(e)
+        self._by_key = True  # a link Enter opens keeps the keyboard's place (toggle_thinking)
+        try:
+            super().keyPressEvent(e)
+        finally:
+            self._by_key = False
 
     def go_to_message(self, step: int) -> Message | None:
         """Moves the text cursor to the previous (-1) or next (+1) message's header and scrolls it to the top."""

@@ -22,7 +22,7 @@ from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 
 from app.chat.app_links import LinkKind, href as app_href
 from app.chat.markdown_spans import LINE_BREAK, Block, Kind, Style
-from app.core.theme import Mark, TokenColours, mark_format
+from app.core.theme import Mark, TokenColours, mark_format, readable
 
 _MARK_OF = {s: Mark.of(s) for s in TokenSource}
 _HEADING_SCALE = {1: 1.5, 2: 1.3, 3: 1.15, 4: 1.05, 5: 1.0, 6: 1.0}
@@ -190,6 +190,8 @@ class Formats:
             f.setToolTip(href)
         if mark is not None:
             f.merge(self._marks[mark])
+            if style & THOUGHT and mark is Mark.ACCEPTED:  # muted text on the draft's shading: keep 4.5:1
+                f.setForeground(readable(self.look.colours.muted_fg, self.look.colours.accepted_bg))
         self.cache[key] = f
         return f
 
