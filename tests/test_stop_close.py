@@ -16,7 +16,7 @@ import threading  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks, open_window  # noqa: E402
+from test_app_support import LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window  # noqa: E402
 
 from engine.decoding.drafters import ModelDrafter  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent  # noqa: E402
@@ -29,8 +29,11 @@ SAFETY_S = 30
 fails on the order of events rather than hanging)."""
 
 
-def hold_engine_at_first_token(w, held: threading.Lock) -> tuple[threading.Event, object]:
-    """The engine thread, inside a reply's first round, waits for `held` (which the test holds)."""
+def reply_held_by_a_lock(qtbot, w) -> tuple[threading.Lock, threading.Timer, object]:
+    """Send the prompt; the engine thread, inside the reply's first round, then waits for a lock this test
+    holds. Returns the lock, the timer that lets it go after SAFETY_S, and the slot that waits."""
+    held = threading.Lock()
+    held.acquire()
     inside = threading.Event()
 
     def wait_for_test(_rid, event):  # runs on the engine thread (direct connection)
@@ -40,7 +43,11 @@ def hold_engine_at_first_token(w, held: threading.Lock) -> tuple[threading.Event
                 pass
 
     w.controller.worker.sig_event.connect(wait_for_test, Qt.ConnectionType.DirectConnection)
-    return inside, wait_for_test
+    timer = let_go_later(held)
+    w.input.setPlainText(PROMPT)
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(inside.is_set, timeout=REPLY_TIMEOUT_MS)
+    return held, timer, wait_for_test
 
 
 def let_go_later(held: threading.Lock) -> threading.Timer:
@@ -50,17 +57,17 @@ def let_go_later(held: threading.Lock) -> threading.Timer:
     return timer
 
 
+def let_go(held: threading.Lock, timer: threading.Timer) -> None:
+    timer.cancel()
+    if held.locked():
+        held.release()
+
+
 def test_stop_returns_and_reaches_the_reply_while_the_engine_thread_is_held(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, max_tokens=3000)
     w = open_window(qtbot)
-    held = threading.Lock()
-    held.acquire()
-    inside, slot = hold_engine_at_first_token(w, held)
-    timer = let_go_later(held)
+    held, timer, slot = reply_held_by_a_lock(qtbot, w)
     try:
-        w.input.setPlainText(PROMPT)
-        qtbot.keyClick(w.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(inside.is_set, timeout=REPLY_TIMEOUT_MS)
         running = w.controller.worker._running
         assert running is not None and not running[1].is_set()
         qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
@@ -71,9 +78,7 @@ def test_stop_returns_and_reaches_the_reply_while_the_engine_thread_is_held(qtbo
         with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
             held.release()
     finally:
-        timer.cancel()
-        if held.locked():
-            held.release()
+        let_go(held, timer)
         w.controller.worker.sig_event.disconnect(slot)
     reply = done.args[0]
     assert reply.finish_reason == FinishReason.CANCELLED
@@ -85,22 +90,14 @@ def test_close_returns_while_the_engine_thread_is_held_and_the_models_are_freed_
     install_tiny(tiny, isolated_home, max_tokens=3000)
     w = open_window(qtbot)
     worker, thread = w.controller.worker, w.controller.thread
-    held = threading.Lock()
-    held.acquire()
-    inside, _slot = hold_engine_at_first_token(w, held)
-    timer = let_go_later(held)
+    held, timer, _slot = reply_held_by_a_lock(qtbot, w)
     try:
-        w.input.setPlainText(PROMPT)
-        qtbot.keyClick(w.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(inside.is_set, timeout=REPLY_TIMEOUT_MS)
         stop = worker._running[1]
         w.close()
         assert held.locked() and timer.is_alive() and not w.isVisible()
         assert stop.is_set() and thread.isRunning() and worker.holds_models
     finally:
-        timer.cancel()
-        if held.locked():
-            held.release()
+        let_go(held, timer)
     qtbot.waitUntil(thread.isFinished, timeout=REPLY_TIMEOUT_MS)
     assert not worker.holds_models  # freed on the engine thread as it ended
     w2 = open_window(qtbot)
@@ -134,9 +131,7 @@ def test_cancel_of_a_load_returns_while_the_engine_thread_is_held(qtbot, tiny, i
             assert held.locked() and timer.is_alive() and loading.cancel.is_set()
             held.release()
     finally:
-        timer.cancel()
-        if held.locked():
-            held.release()
+        let_go(held, timer)
         worker.sig_load_progress.disconnect(in_load)
     assert "cancelled" in str(failed.args[1])
 
