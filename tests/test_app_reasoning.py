@@ -17,12 +17,14 @@ import threading  # noqa: E402
 
 import pytest  # noqa: E402
 import tiny_models  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QFont, QTextCursor, QTextFormat  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from app.core.theme import LIGHT_COLOURS, Mark  # noqa: E402
-from engine.decoding.events import TokenEvent  # noqa: E402
+from engine.decoding.events import FinishReason, TokenEvent  # noqa: E402
+from engine.decoding.reasoning import split_reply  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 
 SPACE = "\u2581"
@@ -186,3 +188,46 @@ def test_a_stored_reply_opens_collapsed_with_its_thinking_kept(qtbot, thinker, i
     click_at(qtbot, w2, link_position(w2, "Thought for"))
     assert THINKING_SHOWN in w2.chat.toPlainText()
     assert any(f.text == "draft" for f in w2.chat.token_fragments())
+
+
+# -- the live view, fuzzed: any Markdown in the thinking, the tags cut anywhere, opened at any time --------------
+THOUGHT_PIECES = st.sampled_from(["- ", "1. ", "> ", "\n", "\n\n", "```", "```python\n", "    ", "|", " | ", "|---",
+                                  "# ", "**", "*", "`", "word", " text", "é", "=", "x = 1", "[a](b)"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(THOUGHT_PIECES, max_size=40), st.lists(THOUGHT_PIECES, max_size=20), st.lists(st.integers(1, 7)),
+       st.integers(-1, 30), st.booleans())
+def test_a_streaming_reply_that_thinks_ends_as_a_fresh_render_whatever_its_chunks(qtbot, thinking, answer, cuts,
+                                                                                   open_at, opened_by_template):
+    from test_app_chat_view import make_view, reply, stats, user
+
+    head = "" if opened_by_template else "<think>\n"
+    text = head + "".join(thinking) + "\n</think>\n\n" + "".join(answer)
+    pieces, at = [], 0
+    for n in cuts:  # the text in chunks of the drawn sizes, then of two characters: tags cut anywhere
+        if at < len(text):
+            pieces.append(text[at:at + n])
+            at += n
+    pieces += [text[i:i + 2] for i in range(at, len(text), 2)]
+    v = make_view(qtbot)
+    live = reply(pieces, finish=None, thinking_open=opened_by_template)
+    all_tokens, live.tokens = live.tokens, []
+    v.show_messages([user(), live])
+    for i, t in enumerate(all_tokens):
+        live.tokens.append(t)
+        v.append_tokens(live, [t])
+        if i == open_at:
+            v.toggle_thinking(live.id)
+        v.finish_rendering()
+        shown = v.toPlainText()
+        assert "<th" not in shown and "</" not in shown.replace("</div>", "")  # never a piece of a tag
+    live.thinking, live.content = split_reply(text, opened_by_template).split(text)
+    live.finish_reason, live.stats = FinishReason.STOP, stats(len(all_tokens))
+    v.finish_reply(live)
+    ref = make_view(qtbot)
+    if live.id in v._expanded:
+        ref._expanded.add(live.id)
+    ref.show_messages([user(), live])
+    assert v.toPlainText() == ref.toPlainText()
+    assert "Thought" in v.toPlainText() and "tok/s" in v.toPlainText()

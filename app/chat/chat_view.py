@@ -322,7 +322,8 @@ class ChatView(QTextBrowser):
         if live:
             w.flush()
             lv = self._live = LiveReply(shown, source, list(ends), len(m.tokens), w.cur.position() - shown.start,
-                                        cut=start, cut_fresh=w.fresh, limit=limit, thought=thought,
+                                        cut=start, cut_fresh=w.fresh, cut_code=THINKING_CODE if thought else 0,
+                                        limit=limit, thought=thought,
                                         phase=phase(parts, expanded),
                                         first_token=0 if thought else first_answer_token(parts, ends))
             w.thought = thought
