@@ -258,6 +258,8 @@ class Session:
         probe = self._repeated_probe(depth)
         tok = probe[-1:]
         for m in (self.target, drafter):
+            m.watch(None)  # measuring is never cut short by a reply's stop request
+        for m in (self.target, drafter):
             m.clear()
             m.decode(probe, "none")
         clean, after = [], []
@@ -316,6 +318,7 @@ class Session:
         (its compute graph is allocated then) is not counted."""
         depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
         probe = self._repeated_probe(depth)
+        model.watch(None)  # measuring is never cut short by a reply's stop request
 
         def back_to_probe() -> None:
             if model.can_trim and len(model.kv) >= len(probe):
