@@ -255,3 +255,48 @@ def test_a_stop_while_drafting_skips_the_verification_pass(tiny):
         assert s.target.cache_is_consistent() and s.draft_model.cache_is_consistent()
     finally:
         s.close()
+
+
+def test_a_real_app_process_closed_mid_reply_saves_it_and_exits_cleanly(tiny, isolated_home):
+    """TERM (it closes the window) to a real app process while a reply streams: the reply is saved as
+    stopped with every token shown, and the process exits cleanly (app.main leaves the models to the
+    system rather than freeing them first)."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from app.history.store import database_path
+
+    here = Path(__file__).parent
+    install_tiny(tiny, isolated_home, max_tokens=3000)
+    env = dict(os.environ, DRAFTLIGHT_HOME=str(isolated_home), QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, str(here / "fault_app.py"), "chat"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here.parent)
+    shown: dict[int, int] = {}
+    try:
+        for line in proc.stdout:
+            parts = line.split()
+            if parts[:1] == ["shown"]:
+                shown[int(parts[1])] = int(parts[2])
+                if shown[int(parts[1])] >= 3:
+                    break
+        else:
+            raise AssertionError(f"the app ended before a reply streamed: {proc.wait()} {proc.stderr.read()}")
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 0, err
+    assert "Traceback" not in err and "QThread: Destroyed" not in err
+    (reply_id, n_shown), = shown.items()
+    with sqlite3.connect(database_path()) as db:
+        finish, = db.execute("SELECT finish_reason FROM messages WHERE id=?", (reply_id,)).fetchone()
+        saved, = db.execute("SELECT COUNT(*) FROM tokens WHERE message_id=?", (reply_id,)).fetchone()
+    assert finish == "cancelled" and saved >= n_shown
+    assert f"finished {reply_id} cancelled" in rest  # the window saw it end as stopped before it closed

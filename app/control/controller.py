@@ -82,8 +82,9 @@ class ChatController(QObject):
         self.thread.setObjectName("engine")
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
-        # The models are freed on the engine thread as it ends: freeing a pair takes about half a
-        # second, which closing the window should not wait for.
+        # The models are freed on the engine thread as it ends (or left to the system when the process
+        # ends with the window: app.core.worker.leave_models_at_exit): freeing a pair takes about half
+        # a second, which closing the window should not wait for.
         self.thread.finished.connect(self.worker.release, Qt.ConnectionType.DirectConnection)
         self.conversations = Conversations(store, live=lambda: self.replies.chat_reply, parent=self)
         self.pairing = Pairing(self.prefs, self.worker, interrupt=lambda: self.replies.interrupt(), parent=self)

@@ -276,9 +276,13 @@ class EngineWorker(QObject):
     def _close(self) -> None:
         session, self._session, self._info = self._session, None, None
         self._past.close()  # saved before the model it belongs to goes
-        if session is not None:
-            session.close()
-            _return_freed_memory()
+        if session is None:
+            return
+        if self._closing and _left_at_exit is not None:
+            _left_at_exit.append(session)  # the process ends now: the system frees them faster
+            return
+        session.close()
+        _return_freed_memory()
 
     def _progress(self, which: str, fraction: float) -> None:
         # llama.cpp reports per tensor: pass on whole percents only.
@@ -288,6 +292,23 @@ class EngineWorker(QObject):
             self.sig_load_progress.emit(which, fraction)
             if pct >= 100:
                 self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
+
+
+_left_at_exit: list[Session] | None = None
+"""Sessions of closed windows left for the system to free (leave_models_at_exit); None: freed on close."""
+
+
+def leave_models_at_exit() -> None:
+    """This process ends when its window closes (app.main): closing leaves the models to the system.
+    Freeing a pair takes about half a second (each model's memory is unmapped page by page), and the
+    system does that work anyway when the process exits; app.main then exits without finalizing."""
+    global _left_at_exit
+    if _left_at_exit is None:
+        _left_at_exit = []
+
+
+def models_left_at_exit() -> bool:
+    return bool(_left_at_exit)
 
 
 def _return_freed_memory() -> None:
