@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"draftlight: {problem}", file=sys.stderr)
         return 2
+    from app.core.worker import leave_models_at_exit, models_left_at_exit
     from app.window import MainWindow
 
+    leave_models_at_exit()
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Draftlight")
     app.setApplicationDisplayName("Draftlight")
@@ -43,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     code = app.exec()
     from app.control.controller import engine_threads_running
 
-    if engine_threads_running():
-        # Closed during a model load or a long prompt read, which llama.cpp cannot interrupt. The
-        # chats and settings are saved and closed: exit now rather than wait, and let the system
-        # free the models.
+    if engine_threads_running() or models_left_at_exit():
+        # The models were left loaded (freeing a pair takes about half a second), or the engine thread
+        # is inside a model load, which llama.cpp cannot interrupt. The chats and settings are saved and
+        # closed: exit now, without finalizing, and let the system free the models.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -34,3 +34,7 @@ class LoadCancelled(EngineError):
 
 class AttachmentError(EngineError):
     """A file cannot be given to the model (an image, binary data, a damaged or protected PDF, too large...)."""
+
+
+class Interrupted(EngineError):
+    """A stop request ended a model's pass part-way; its cache is as it was before the pass."""

@@ -43,6 +43,7 @@ class Knobs:
     release: threading.Event = field(default_factory=threading.Event)
     fail_gets: int = 0  # answer this many GETs with 503
     outage_after_drop: int = 0  # after the drop, answer this many GETs with 503 (the server is down)
+    size_says: int | None = None  # the size the metadata announces, whatever the file's (a hub that changed it)
 
 
 class FakeHub:
@@ -114,7 +115,7 @@ class FakeHub:
             "Location": f"http://localhost:{self.port}/cdn/{f.sha256}",
             "X-Repo-Commit": COMMIT,
             "X-Linked-Etag": f'"{f.sha256}"',
-            "X-Linked-Size": str(len(f.data)),
+            "X-Linked-Size": str(self.knobs.size_says if self.knobs.size_says is not None else len(f.data)),
             "ETag": '"0000000000000000000000000000000000000000"',
         })
 

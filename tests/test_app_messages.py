@@ -319,7 +319,7 @@ def test_a_schema_2_file_is_migrated_each_message_following_the_previous_one_of_
     store = ChatStore()
     assert store.notice is None and store.mode == StoreMode.WRITABLE
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "4"
+        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "5"
         parents = dict(db.execute("SELECT id, parent_id FROM messages"))
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []

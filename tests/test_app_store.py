@@ -186,5 +186,5 @@ def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
     assert store.notice is None  # upgraded, not set aside
     reply = store.messages(1)[1]
     assert [t.text for t in reply.tokens] == ["yo"] and reply.tokens[0].runner_up is None
-    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "4"
+    assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "5"
     store.close()

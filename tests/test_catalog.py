@@ -43,6 +43,19 @@ def test_the_recommended_pairs_are_there():
             assert p.target.repo_id.startswith("Qwen/Qwen2.5-Coder-") and p.target.repo_id.endswith("-Instruct-GGUF")
 
 
+def test_current_reasoning_families_pair_with_their_smallest_sibling():
+    files = _by_file(load_catalog())
+    drafter = "Qwen3-0.6B-Q8_0.gguf"
+    for target, repo in (("Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF"), ("Qwen3-4B-Q4_K_M.gguf", "Qwen/Qwen3-4B-GGUF"),
+                         ("Qwen3-1.7B-Q8_0.gguf", "Qwen/Qwen3-1.7B-GGUF")):
+        p = files[(target, drafter)]
+        assert p.target.repo_id == repo and p.drafter.repo_id == "Qwen/Qwen3-0.6B-GGUF" and p.license == "Apache-2.0"
+        # No size or hash is written down: both come from the hub's file metadata at download, and are checked.
+        assert (p.target.size_bytes, p.target.sha256, p.drafter.size_bytes, p.drafter.sha256) == (None,) * 4
+        assert p.target.display_bytes > p.drafter.display_bytes
+        assert "think" in p.notes
+
+
 def test_known_hashes_and_sizes_are_those_of_the_design_notes():
     f = {x.filename: x for p in load_catalog() for x in p.files}
     assert f["qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"].sha256 == \

@@ -16,7 +16,7 @@ from fake_hub import FakeHub
 from tiny_models import TinySpec, write_tiny_model
 
 from engine.models import modelstore
-from engine.models.catalog import CatalogFile, CatalogPair
+from engine.models.catalog import CatalogFile, CatalogPair, find_pair
 from engine.models.download import (
     DownloadCancelled,
     DownloadError,
@@ -189,6 +189,37 @@ def test_a_file_that_changed_on_the_hub_is_not_downloaded(hub, folder, medium_gg
     with pytest.raises(DownloadError, match="has changed"):
         download_file(wrong, endpoint=hub.endpoint)
     assert [s.method for s in hub.seen] == ["HEAD"]  # refused before transferring gigabytes
+
+
+def test_a_catalog_pair_without_sizes_or_hashes_is_checked_against_the_hubs_metadata(folder, tiny):
+    """The Qwen3 pairs name no size or SHA-256: each file is checked against what the hub's HEAD says."""
+    pair = find_pair("qwen3-4b")
+    h = FakeHub()
+    try:
+        target, drafter = tiny["target"].read_bytes(), tiny["drafter"].read_bytes()
+        h.add(pair.target.repo_id, pair.target.filename, target)
+        h.add(pair.drafter.repo_id, pair.drafter.filename, drafter)
+        paths = download_pair(pair, endpoint=h.endpoint)
+        got = {r.path.name: r for r in modelstore.list_models()}
+        assert got[pair.target.filename].sha256 == hashlib.sha256(target).hexdigest()
+        assert got[pair.drafter.filename].sha256 == hashlib.sha256(drafter).hexdigest()
+        assert [p.stat().st_size for p in paths] == [len(target), len(drafter)]
+        # The 8B pair shares the drafter: it is found by the hash the hub gave, with no transfer.
+        other = find_pair("qwen3-8b")
+        h.add(other.target.repo_id, other.target.filename, target)
+        h.seen.clear()
+        download_pair(other, endpoint=h.endpoint)
+        assert not any(s.path.endswith(pair.drafter.filename) for s in h.seen)
+        # A file that ends before the size its metadata announces is not installed (it reads as cut short).
+        third = find_pair("qwen3-1.7b")
+        h.add(third.target.repo_id, third.target.filename, target)
+        h.knobs.size_says = len(target) + 4096
+        with pytest.raises(DownloadError, match=r"Qwen3-1.7B-Q8_0.gguf stopped .*size"):
+            download_file(third.target, endpoint=h.endpoint)
+        assert not (folder / third.target.filename).exists()
+        assert third.target.filename not in {r.path.name for r in modelstore.list_models()}
+    finally:
+        h.close()
 
 
 def test_download_pair_records_the_pair_as_source(hub, folder, tiny):

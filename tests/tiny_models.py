@@ -12,6 +12,7 @@ Regenerate the copies bundled for `--self-test` with:
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +25,39 @@ CHATML = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+#: Qwen3's chat template as it treats thinking (tools left out): an assistant message's thinking comes
+#: from its `reasoning_content` (or from tags in its content), and only turns after the last question
+#: keep it; `enable_thinking=false` writes an empty thinking block into the generation prompt.
+QWEN3_STYLE = (
+    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+    "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+    "{%- if ns.multi_step_tool and message.role == 'user' %}"
+    "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+    "{%- for message in messages %}"
+    "{%- set content = message.content if message.content is string else '' %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{%- set reasoning_content = '' %}"
+    "{%- if message.reasoning_content is string %}{%- set reasoning_content = message.reasoning_content %}"
+    "{%- elif '</think>' in content %}"
+    "{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}"
+    "{%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}"
+    "{{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}"
+    "{%- else %}{{- '<|im_start|>assistant\n' + content }}{%- endif %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+#: A template that always thinks (as Qwen3's thinking-only releases do): the generation prompt opens the
+#: block, so the reply starts inside it and only the close tag comes.
+THINKING_OPEN = QWEN3_STYLE.replace("{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}",
+                                    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}")
 
 _WORDS = (
     "the of and to in is that it for on with as was at by be this are from or have an not "
@@ -63,6 +97,15 @@ class TinySpec:
     #: when >= 0, the end-of-sequence token's output row is this token's, a little stronger:
     #: wherever the model would say that token it ends the text instead
     eos_like: int = -1
+    #: pieces added to the vocabulary (a tag split oddly, a piece holding a newline and more)
+    extra_pieces: tuple[str, ...] = ()
+    #: of them, those added as user-defined tokens (one token however the text around them reads,
+    #: as Qwen3 writes <think> and </think>)
+    user_pieces: tuple[str, ...] = ()
+    #: a chain of pieces the model follows greedily, each to the next, the last to end-of-sequence
+    #: (with `quiet_from=0, quiet_scale=0` the next token depends on the last one only): text
+    #: written in a test. A piece may occur once (it has one successor).
+    script: tuple[str, ...] = ()
 
 
 def vocabulary(spec: TinySpec) -> tuple[list[str], list[float], list[int]]:
@@ -80,13 +123,31 @@ def vocabulary(spec: TinySpec) -> tuple[list[str], list[float], list[int]]:
     if spec.vocab_variant == "upper":
         pieces = [p.upper() if p.islower() or p[1:].islower() else p + "\u00b7" for p in pieces]
     pieces += [f"\u2581extra{i}" for i in range(spec.extra_tokens)]
+    pieces += list(spec.extra_pieces) + list(spec.user_pieces)
     seen: set[str] = set(tokens)
     uniq = [p for p in pieces if not (p in seen or seen.add(p))]
     tokens += uniq
-    types += [TokenType.NORMAL] * len(uniq)
+    types += [TokenType.USER_DEFINED if p in spec.user_pieces else TokenType.NORMAL for p in uniq]
     # SentencePiece merges by score: longer pieces first so words stay whole.
     scores = [0.0] * (5 + 256) + [float(len(p)) - i * 1e-4 for i, p in enumerate(uniq)]
     return tokens, scores, [int(t) for t in types]
+
+
+def _follow(out: np.ndarray, embd: np.ndarray, chain: list[int]) -> None:
+    """Each token of `chain` makes the next one the clear favourite: with blocks that write nothing the
+    final norm sees the token's own embedding, so its direction added to the next token's output row
+    gives that token about 4 * sqrt(n_embd) more logit, several times the random rows' spread."""
+    if len(set(chain[:-1])) != len(chain) - 1:
+        raise ValueError("a scripted piece may occur once: it has one successor")
+    for a, b in zip(chain, chain[1:]):
+        out[b] += 4.0 * embd[a] / np.linalg.norm(embd[a])
+
+
+def scripted(name: str, script: Sequence[str], chat_template: str | None = None, extra_pieces: Sequence[str] = (),
+             user_pieces: Sequence[str] = ()) -> TinySpec:
+    """A model that writes `script` (vocabulary pieces; the first is the prompt's last token)."""
+    return replace(BIGRAM, name=name, script=tuple(script), chat_template=chat_template,
+                   extra_pieces=tuple(extra_pieces), user_pieces=tuple(user_pieces))
 
 
 def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
@@ -126,12 +187,16 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     if spec.chat_template:
         w.add_chat_template(spec.chat_template)
 
-    w.add_tensor("token_embd.weight", mat(base, n_vocab, d, np.sqrt(d)))
+    embd = mat(base, n_vocab, d, np.sqrt(d))
+    w.add_tensor("token_embd.weight", embd)
     w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
     out = mat(base, n_vocab, d, spec.logit_scale)
     out[5 : 5 + 256] *= 0.3  # byte tokens: possible (UTF-8 paths get exercised) but rarer than words
+    eos = 2 if spec.bos_id == 1 else 1
     if spec.eos_like >= 0:
-        out[2 if spec.bos_id == 1 else 1] = out[spec.eos_like] * 1.2
+        out[eos] = out[spec.eos_like] * 1.2
+    if spec.script:
+        _follow(out, embd, [tokens.index(p) for p in spec.script] + [eos])
     w.add_tensor("output.weight", out)
     for i in range(spec.n_layer):
         rng = base if i < spec.shared_layers else other

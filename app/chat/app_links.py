@@ -23,6 +23,8 @@ class LinkKind(StrEnum):
     """Copy a message's text: 'copy:<id>'."""
     COPY_CODE = "copy-code"
     """Copy a message's n-th code block: 'copy-code:<id>:<n>'."""
+    THINKING = "thinking"
+    """Show or hide a reply's thinking: 'thinking:<id>'."""
 
 
 def href(kind: LinkKind, *parts: object) -> str:

@@ -34,8 +34,9 @@ from app.chat.actions import MessageAction
 from app.chat.app_links import LinkKind
 from app.chat.live_reply import LiveReply, ShownMessage
 from app.chat.markdown_spans import LINE_BREAK, Block, code_sources, parse
-from app.chat.message_frame import write_attachments, write_end, write_header
+from app.chat.message_frame import write_attachments, write_end, write_header, write_thinking_toggle
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
+from app.chat.thinking import THINKING_CODE, first_answer_token, parts_of, phase, thinks, toggle_label
 from app.chat.token_story import token_story
 from app.core.theme import LIGHT_COLOURS, Mark, TokenColours
 from app.history.records import Message, Role
@@ -152,7 +153,10 @@ class ChatView(QTextBrowser):
         self._pending: list[Message] = []  # older messages not rendered yet, newest first (pop() is the oldest)
         self._older_shown = 0  # of them, how many are in (at the top of self._shown)
         self._live: LiveReply | None = None
-        self._blocks: dict[int, tuple[int, list[Block]]] = {}  # message id -> (source length, blocks)
+        self._blocks: dict[int, tuple[tuple[int, int], list[Block]]] = {}  # id -> ((source length, start), blocks)
+        self._thoughts: dict[int, tuple[tuple[int, int, int], list[Block]]] = {}  # the same for replies' thinking
+        self._expanded: set[int] = set()  # replies whose thinking is shown
+        self._by_key = False  # inside a key press (a link activated by Enter)
         self._sources: dict[int, tuple[list[TokenEvent], int, str, list[int]]] = {}  # see _source_of
         self._formats: Formats | None = None
         self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
@@ -180,6 +184,7 @@ class ChatView(QTextBrowser):
         self.messages = list(messages)
         keep = {m.id for m in self.messages}
         self._blocks = {k: v for k, v in self._blocks.items() if k in keep}
+        self._thoughts = {k: v for k, v in self._thoughts.items() if k in keep}
         self._sources = {k: v for k, v in self._sources.items() if k in keep}
         self._formats = self._current_formats()
         doc = self.document()
@@ -242,7 +247,8 @@ class ChatView(QTextBrowser):
         while self._pending and time.perf_counter() - t0 < budget:
             m = self._pending[-1]
             if m.role == Role.ASSISTANT and m.id not in self._blocks:
-                self._blocks_of(m, self._source_of(m)[0])  # parsed in this step, written in the next
+                source, ends = self._source_of(m)
+                self._blocks_of(m, source, parts_of(m, source, ends).answer)  # parsed in this step, written in the next
                 continue
             self._pending.pop()
             k = self._older_shown
@@ -308,16 +314,54 @@ class ChatView(QTextBrowser):
             bf.setBottomMargin(4)
             w.start_block(bf)
             w.insert(m.content.replace("\r\n", "\n").replace("\n", LINE_BREAK), w.formats.plain)
-        elif live:
-            lv = self._live = LiveReply(shown, source, list(ends), len(m.tokens), cur.position() - shown.start)
-            lv.render(w)
         else:
-            w.write(self._blocks_of(m, source))
-            w.end_rejections()
+            self._write_reply(w, shown, source, ends, live)
         w.flush()
         if m.finished or not live:
             write_end(w, m, self.options.actions, last)
         return shown
+
+    def _write_reply(self, w: ReplyWriter, shown: ShownMessage, source: str, ends: list[int], live: bool) -> None:
+        """A reply's body: its thinking's line (and the thinking, when shown), then its answer. Live, the part
+        that streams now is left to a LiveReply (app.chat.thinking)."""
+        m = shown.message
+        parts = parts_of(m, source, ends)
+        expanded = m.id in self._expanded
+        start, limit, thought = parts.answer, None, False  # what streams, live
+        if thinks(m, parts):
+            write_thinking_toggle(w, m, toggle_label(m, parts, ends, expanded), expanded)
+            if parts.thinking is None:  # drawn from the stored answer: the thinking has no tokens here
+                if expanded:
+                    self._write_bare_thinking(w, m)
+            elif live and not parts.closed:
+                start, limit, thought = (*parts.thinking, True) if expanded else (parts.answer, parts.answer, False)
+            elif expanded:
+                w.thought = True
+                w.write(self._thought_blocks(m, source, parts.thinking))
+                w.thought = False
+            w.skip_rejections_before(first_answer_token(parts, ends) if not thought else 0)
+        if live:
+            w.flush()
+            lv = self._live = LiveReply(shown, source, list(ends), len(m.tokens), w.cur.position() - shown.start,
+                                        cut=start, cut_fresh=w.fresh, cut_code=THINKING_CODE if thought else 0,
+                                        limit=limit, thought=thought,
+                                        phase=phase(parts, expanded),
+                                        first_token=0 if thought else first_answer_token(parts, ends))
+            w.thought = thought
+            lv.render(w)
+            w.thought = False
+        else:
+            w.write(self._blocks_of(m, source, parts.answer))
+            w.end_rejections()
+
+    def _write_bare_thinking(self, w: ReplyWriter, m: Message) -> None:
+        """A stored reply's thinking without its tokens (they could not be read): its text, unmarked."""
+        w.flush()
+        bare = ReplyWriter(w.cur, w.formats, w.origin, w.prov, message_id=m.id, links=self.options.actions)
+        bare.fresh, bare.thought = w.fresh, True
+        bare.write(parse(m.thinking, 0, THINKING_CODE).blocks)
+        bare.flush()
+        w.pos, w.fresh = bare.pos, bare.fresh
 
     def _source_of(self, m: Message) -> tuple[str, list[int]]:
         """message_source(m), kept while the message keeps the same tokens (a view option redraws every message)."""
@@ -329,13 +373,89 @@ class ChatView(QTextBrowser):
             cached = self._sources[m.id] = (tokens, len(tokens), *message_source(m))
         return cached[2], cached[3]
 
-    def _blocks_of(self, m: Message, source: str) -> list[Block]:
+    def _blocks_of(self, m: Message, source: str, start: int = 0) -> list[Block]:
+        """The blocks of a message's text (a reply's answer, from `start`), parsed once."""
+        key = (len(source), start)
         cached = self._blocks.get(m.id)
-        if cached is not None and cached[0] == len(source):
+        if cached is not None and cached[0] == key:
             return cached[1]
-        blocks = parse(source).blocks
-        self._blocks[m.id] = (len(source), blocks)
+        blocks = parse(source, start).blocks
+        self._blocks[m.id] = (key, blocks)
         return blocks
+
+    def _thought_blocks(self, m: Message, source: str, span: tuple[int, int]) -> list[Block]:
+        """The blocks of a reply's thinking (source[span]), parsed once; its code blocks from THINKING_CODE."""
+        key = (len(source), *span)
+        cached = self._thoughts.get(m.id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        blocks = parse(source[: span[1]], span[0], THINKING_CODE).blocks
+        self._thoughts[m.id] = (key, blocks)
+        return blocks
+
+    def toggle_thinking(self, message_id: int) -> None:
+        """Show a reply's thinking, or hide it again; the message is drawn again where it is."""
+        k = next((i for i, s in enumerate(self._shown) if s.message.id == message_id), -1)
+        if k < 0:
+            return
+        self._expanded ^= {message_id}
+        at_end = self._at_bottom()
+        value = self.verticalScrollBar().value()
+        live = self._live is not None and self._live.shown is self._shown[k]
+        self._rewrite(k, live)
+        if at_end and live:
+            self._scroll_to_end()
+        else:
+            self.verticalScrollBar().setValue(value)
+        if self._by_key:
+            self._focus_thinking_link(self._shown[k])
+
+    def _focus_thinking_link(self, shown: ShownMessage) -> None:
+        """Select the message's thinking link again after a key opened or closed it (the message was drawn
+        anew): Enter then toggles it back and Tab goes on from there."""
+        doc = self.document()
+        block = doc.findBlock(shown.start)
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                link = app_links.parse(frag.charFormat().anchorHref()) if frag.charFormat().isAnchor() else None
+                if link is not None and link[0] is LinkKind.THINKING:
+                    cur = QTextCursor(doc)
+                    cur.setPosition(frag.position())
+                    cur.setPosition(frag.position() + frag.length(), QTextCursor.MoveMode.KeepAnchor)
+                    self.setTextCursor(cur)
+                    return
+                it += 1
+            if block.position() > shown.start + 400:  # it is in the message's first lines
+                return
+            block = block.next()
+
+    def _rewrite(self, k: int, live: bool, cur: QTextCursor | None = None) -> None:
+        """Draw the k-th shown message again in place (live: as the streaming reply)."""
+        doc = self.document()
+        old = self._shown[k]
+        end = self._shown[k + 1].start - 1 if k + 1 < len(self._shown) else doc.characterCount() - 1
+        own = cur is None
+        if cur is None:
+            cur = QTextCursor(doc)
+            cur.beginEditBlock()
+        before = doc.characterCount()
+        cur.setPosition(old.start)
+        cur.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        if self._live is not None and self._live.shown is old:
+            self._live = None
+        last = k == len(self._shown) - 1
+        new = self._write_message(cur, old.message, live=live,
+                                  unanswered=last and old.message.role == Role.USER and not self._pending, last=last)
+        self._shown[k] = new
+        self._by_id[new.message.id] = new
+        delta = doc.characterCount() - before
+        for s in self._shown[k + 1:]:
+            s.start += delta
+        if own:
+            cur.endEditBlock()
 
     # -- streaming ---------------------------------------------------------------------------------------
     def append_message(self, m: Message) -> None:
@@ -372,7 +492,12 @@ class ChatView(QTextBrowser):
         at_end = self._at_bottom()
         cur = QTextCursor(self.document())
         cur.beginEditBlock()
-        if lv is not None and lv.shown.message is m:
+        if lv is not None and lv.shown.message is m and self._thought_or_moved(lv):
+            # A reply that thought: its line now says how long, and its answer may have begun in the last
+            # tokens (or a tag that was arriving never came). Drawn again whole, once.
+            self._live = None
+            self._rewrite(len(self._shown) - 1, live=False, cur=cur)
+        elif lv is not None and lv.shown.message is m:
             w = self._render_live(cur, final=True)  # its writer: it knows whether the cursor stands in an empty block
             self._live = None
             if w is None:
@@ -402,12 +527,33 @@ class ChatView(QTextBrowser):
         if own:
             cur.endEditBlock()
 
+    def _thought_or_moved(self, lv: LiveReply) -> bool:
+        """The finished reply thought, or its final text is drawn otherwise than its streaming one was."""
+        m = lv.shown.message
+        lv.take(m.tokens)
+        parts = parts_of(m, lv.source, lv.ends)
+        return thinks(m, parts) or lv.phase[0] != "answer" or phase(parts, m.id in self._expanded) != lv.phase
+
     def _render_live(self, cur: QTextCursor | None = None, final: bool = False) -> ReplyWriter | None:
         lv = self._live
         if lv is None:
             return None
         t0 = time.perf_counter()
-        lv.take(lv.shown.message.tokens)
+        m = lv.shown.message
+        lv.take(m.tokens)
+        parts = parts_of(m, lv.source, lv.ends)
+        if phase(parts, m.id in self._expanded) != lv.phase and self._shown and self._shown[-1] is lv.shown:
+            # The thinking closed, or a tag that was arriving came (or did not): another part streams now.
+            at_end = cur is None and self._at_bottom()
+            self._rewrite(len(self._shown) - 1, live=True, cur=cur)
+            if at_end:
+                self._scroll_to_end()
+            self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
+            return None
+        if lv.thought:
+            lv.limit = parts.thinking[1]
+        elif lv.limit is not None:
+            lv.limit = lv.cut  # its thinking streams hidden: nothing to draw
         own = cur is None
         at_end = own and self._at_bottom()
         if cur is None:
@@ -420,8 +566,10 @@ class ChatView(QTextBrowser):
         prov.truncate(lv.cut_runs)
         w = self._writer(cur, lv.shown, lv.ends)
         w.fresh = lv.cut_fresh
-        w.skip_rejections_before(next((i for i in reversed(prov.index) if i >= 0), -1) + 1)
+        w.thought = lv.thought
+        w.skip_rejections_before(max(lv.first_token, next((i for i in reversed(prov.index) if i >= 0), -1) + 1))
         lv.render(w, final)
+        w.thought = False
         w.flush()
         if own:
             cur.endEditBlock()
@@ -531,6 +679,8 @@ class ChatView(QTextBrowser):
             self.copy_message(int(parts[0]))
         elif kind is LinkKind.COPY_CODE and len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts):
             self.copy_code(int(parts[0]), int(parts[1]))
+        elif kind is LinkKind.THINKING and len(parts) == 1 and parts[0].lstrip("-").isdigit():
+            self.toggle_thinking(int(parts[0]))
 
     def _open_external(self, url: QUrl) -> None:
         """Only http, https and mailto, after showing where it goes (a model wrote it)."""
@@ -553,7 +703,14 @@ class ChatView(QTextBrowser):
         s = self._by_id.get(message_id)
         if s is None:
             return
-        codes = code_sources(message_source(s.message)[0])
+        m = s.message
+        source, ends = message_source(m)
+        parts = parts_of(m, source, ends)
+        if index >= THINKING_CODE:  # a code block of the reply's thinking
+            thinking = source[slice(*parts.thinking)] if parts.thinking is not None else m.thinking
+            codes, index = code_sources(thinking), index - THINKING_CODE
+        else:
+            codes = code_sources(source[parts.answer:])
         if 0 <= index < len(codes):
             QGuiApplication.clipboard().setText(codes[index])
             self.copied.emit("code")
@@ -630,7 +787,11 @@ class ChatView(QTextBrowser):
         if e.modifiers() == Qt.KeyboardModifier.ControlModifier and e.key() in (Qt.Key.Key_Up, Qt.Key.Key_Down):
             self.go_to_message(-1 if e.key() == Qt.Key.Key_Up else 1)
             return
-        super().keyPressEvent(e)
+        self._by_key = True  # a link Enter opens keeps the keyboard's place (toggle_thinking)
+        try:
+            super().keyPressEvent(e)
+        finally:
+            self._by_key = False
 
     def go_to_message(self, step: int) -> Message | None:
         """Moves the text cursor to the previous (-1) or next (+1) message's header and scrolls it to the top."""

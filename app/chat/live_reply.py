@@ -57,6 +57,15 @@ class LiveReply:
     """Code blocks before the tail."""
     skip_lines: int = 0
     """Lines of the code fence at `cut` that stay as they are."""
+    limit: int | None = None
+    """Where the streamed part ends in `source` (None: at its end). A reply that thinks streams one part
+    at a time: its thinking (up to a close tag still arriving) while that is shown, then its answer."""
+    thought: bool = False
+    """The streamed part is the reply's thinking."""
+    phase: tuple = ()
+    """Which part streams, and how (app.chat.thinking.phase): when it changes, the message is drawn again."""
+    first_token: int = 0
+    """The first token of the streamed part (rejected drafts of earlier tokens are not shown with it)."""
 
     def take(self, tokens: Sequence[TokenEvent]) -> None:
         """The reply's tokens so far (those beyond `n_tokens` are new)."""
@@ -73,7 +82,9 @@ class LiveReply:
     def render(self, w: ReplyWriter, final: bool = False) -> None:
         """Writes the tail at the writer's cursor, then moves the cut as far as the text allows. Until the
         reply is `final`, a table header whose delimiter row has not come yet waits (see table_pending)."""
-        source = self.source if final else self.source[:max(self.cut, table_pending(self.source))]
+        source = self.source if self.limit is None else self.source[:max(self.limit, self.cut)]
+        if not final:
+            source = source[:max(self.cut, table_pending(source))]
         parsed = parse(source, self.cut, self.cut_code, self.skip_lines)
         marks: list[BlockMark] = []
         w.write(parsed.blocks, marks.append)

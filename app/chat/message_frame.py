@@ -100,6 +100,16 @@ def _preview(a: Attachment) -> str:
     return f"{a.name} ({kind}{human_size(a.size)}, {len(lines):,} lines)\n\n{head}{more}"
 
 
+def write_thinking_toggle(w: ReplyWriter, m: Message, label: str, expanded: bool) -> None:
+    """The line that stands for a reply's thinking; a link (click, or Tab to it and Enter) shows or hides it."""
+    bf = QTextBlockFormat()
+    bf.setTopMargin(2)
+    bf.setBottomMargin(6)
+    w.start_block(bf)
+    tip = "Hide the model's thinking" if expanded else "Show the model's thinking (its tokens are marked like the answer's)"
+    w.insert(label, w.formats.link(app_href(LinkKind.THINKING, m.id), tip, 0.92))
+
+
 def write_end(w: ReplyWriter, m: Message, actions: bool, last: bool = False) -> None:
     """A reply's note (why it stopped, or what failed) on its own line, then its footer (`last`: the last
     message of the path, offered Continue when it stopped early)."""

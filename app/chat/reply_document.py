@@ -22,13 +22,15 @@ from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 
 from app.chat.app_links import LinkKind, href as app_href
 from app.chat.markdown_spans import LINE_BREAK, Block, Kind, Style
-from app.core.theme import Mark, TokenColours, mark_format
+from app.core.theme import Mark, TokenColours, mark_format, readable
 
 _MARK_OF = {s: Mark.of(s) for s in TokenSource}
 _HEADING_SCALE = {1: 1.5, 2: 1.3, 3: 1.15, 4: 1.05, 5: 1.0, 6: 1.0}
 _LIGHT_CODE_STYLE, _DARK_CODE_STYLE = "xcode", "github-dark"  # both >= 4.5:1 on the themes' code background
 INDENT = 22
 """Pixels per list or quote level."""
+THOUGHT = 1 << 16
+"""A style bit beside markdown_spans.Style: the text is a reply's thinking (muted, indented)."""
 
 
 def utf16_len(text: str) -> int:
@@ -162,6 +164,8 @@ class Formats:
             f.setFontStyleHint(QFont.StyleHint.Monospace)
         if style & Style.CODE:
             f.setBackground(QColor(self.look.colours.code_bg))
+        if style & THOUGHT:
+            f.setForeground(QColor(self.look.colours.muted_fg))
         if kind is not None:
             d = self._code_kinds.get(kind)
             if d is None:
@@ -186,6 +190,8 @@ class Formats:
             f.setToolTip(href)
         if mark is not None:
             f.merge(self._marks[mark])
+            if style & THOUGHT and mark is Mark.ACCEPTED:  # muted text on the draft's shading: keep 4.5:1
+                f.setForeground(readable(self.look.colours.muted_fg, self.look.colours.accepted_bg))
         self.cache[key] = f
         return f
 
@@ -214,6 +220,8 @@ class ReplyWriter:
         self.cur, self.formats, self.origin, self.prov = cur, formats, origin, prov
         self.tokens, self.ends = tokens, ends
         self.message_id, self.links = message_id, links
+        self.thought = False
+        """What is written now is the reply's thinking (THOUGHT)."""
         self.fresh = False
         self.pos = cur.position()
         self.highlight = formats.look.highlight
@@ -298,7 +306,7 @@ class ReplyWriter:
 
     def _block_format(self, b: Block) -> QTextBlockFormat:
         bf = QTextBlockFormat()
-        bf.setLeftMargin(INDENT * (b.quote + (0 if b.item else len(b.lists))))
+        bf.setLeftMargin(INDENT * (b.quote + (0 if b.item else len(b.lists)) + self.thought))
         return bf
 
     def _listed(self, b: Block) -> None:
@@ -316,7 +324,7 @@ class ReplyWriter:
             else:
                 lf.setStyle((QTextListFormat.Style.ListDisc, QTextListFormat.Style.ListCircle,
                              QTextListFormat.Style.ListSquare)[(depth - 1) % 3])
-            lf.setIndent(depth)
+            lf.setIndent(depth + self.thought)
             self._lists[level.id] = self.cur.createList(lf)
         else:
             lst.add(self.cur.block())
@@ -422,7 +430,9 @@ class ReplyWriter:
         insert = self.cur.insertText
         buf, buf_fmt, run_fmt = self._buf, self._buf_fmt, self._run_fmt
         at_doc = self.pos - origin  # document offset from the message's start
+        thought = THOUGHT if self.thought else 0
         for text, src, style, href, kind in spans:
+            style |= thought
             plain = cache.get((look, style, kind, href, None))
             if plain is None:
                 plain = get(look, style, kind, href, None)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal
 
 from engine.attachments import Attachment
 from engine.decoding.session import GenerationSettings
@@ -46,15 +46,16 @@ __all__ = ["ChatController", "CompareRuns", "drafter_label", "engine_threads_run
            "generation_settings_of"]
 
 SHUTDOWN_WAIT_MS = 500
-"""How long closing waits for the engine thread; a load or a long prompt read is not waited for."""
+"""How long closing waits for the reply in progress to end (a stop ends it within one pass); a load
+or a slot stuck elsewhere is not waited for."""
 
 _lingering: list[tuple[QThread, EngineWorker]] = []
-"""Engine threads still inside a load or a prompt read after their window closed (kept referenced:
-Qt aborts when a running QThread is destroyed). Each frees its models when that call returns."""
+"""Engine threads of closed windows, still freeing their models or inside a load (kept referenced: Qt
+aborts when a running QThread is destroyed). Each frees its models on its own thread as it ends."""
 
 
 def engine_threads_running() -> bool:
-    """Some closed window's engine thread is still busy (main() then exits without waiting)."""
+    """Some closed window's engine thread has not ended yet (main() then exits without waiting for it)."""
     _lingering[:] = [(t, w) for t, w in _lingering if not t.isFinished()]
     return bool(_lingering)
 
@@ -83,6 +84,10 @@ class ChatController(QObject):
         self.thread.setObjectName("engine")
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
+        # The models are freed on the engine thread as it ends (or left to the system when the process
+        # ends with the window: app.core.worker.leave_models_at_exit): freeing a pair takes about half
+        # a second, which closing the window should not wait for.
+        self.thread.finished.connect(self.worker.release, Qt.ConnectionType.DirectConnection)
         self.conversations = Conversations(store, live=lambda: self.replies.chat_reply, parent=self)
         self.pairing = Pairing(self.prefs, self.worker, interrupt=lambda: self.replies.interrupt(), parent=self)
         self.replies = Replies(self.prefs, self.worker, self.conversations, self.pairing, parent=self)
@@ -127,9 +132,9 @@ class ChatController(QObject):
     def shutdown(self) -> None:
         """Stop everything, save, close the database; returns at once even when the engine is busy.
 
-        A running reply stops within one round and is saved as stopped. A model load or a long
-        prompt read cannot be interrupted: the engine thread is left to finish it and then frees
-        the models itself (`engine_threads_running`).
+        A running reply stops within one pass and is saved as stopped. A model load cannot be
+        interrupted: it is not waited for. Either way the engine thread frees the models itself as it
+        ends, after this returns (`engine_threads_running`).
         """
         if self._closed:
             return
@@ -138,8 +143,8 @@ class ChatController(QObject):
         self.replies.closed = True
         self.worker.close_soon()
         self.replies.stop()
+        self.worker.wait_idle(SHUTDOWN_WAIT_MS / 1000)
         self.thread.quit()
-        ended = self.thread.wait(SHUTDOWN_WAIT_MS)
         # The reply's last events (its DoneEvent included) may still be queued for the parts:
         # deliver them, so the reply is saved as stopped rather than cut short.
         for part in (self.replies, self.pairing, self.past_chats):
@@ -148,11 +153,8 @@ class ChatController(QObject):
         self.replies.disconnect_worker()
         self.pairing.disconnect_worker()
         self.past_chats.disconnect_worker()
-        if ended:
-            self.worker.release()
-        else:
-            self.thread.setParent(None)  # outlives this object; frees the models when its call returns
-            _lingering.append((self.thread, self.worker))
+        self.thread.setParent(None)  # outlives this object; frees the models as it ends
+        _lingering.append((self.thread, self.worker))
         self.replies.close()
         self.prefs.close()
         self.store.close()

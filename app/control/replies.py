@@ -24,6 +24,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
+from engine.decoding.reasoning import split_reply
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings
 
@@ -60,16 +61,23 @@ def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[st
 
     Consecutive messages of one role are sent as one turn: deleting a message can leave two
     questions (or two replies) in a row, and many chat templates refuse turns that do not alternate.
+    A reply that thought is sent as its answer with its thinking apart, as `reasoning_content`: the chat
+    template decides whether that goes back into the context (Qwen3's keeps none of an earlier turn's).
     """
     out = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     for m in messages:
-        text = user_content(m.text, m.attachments) if m.role == Role.USER else m.text
-        if m.role == Role.ASSISTANT and not text:
+        text, thinking = (user_content(m.text, m.attachments), "") if m.role == Role.USER else (m.text, m.thinking)
+        if m.role == Role.ASSISTANT and not thinking:  # a reply cut short by a crash keeps its tags in its text
+            thinking, text = split_reply(text, m.thinking_open).split(text)
+        if m.role == Role.ASSISTANT and not text and not thinking:
             continue
+        turn = {"role": m.role.value, "content": text}
+        if thinking:
+            turn["reasoning_content"] = thinking
         if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
-            out[-1] = {"role": m.role.value, "content": out[-1]["content"] + "\n\n" + text}
+            out[-1] = {**out[-1], **turn, "content": out[-1]["content"] + "\n\n" + text}
         else:
-            out.append({"role": m.role.value, "content": text})
+            out.append(turn)
     return out
 
 
@@ -306,8 +314,10 @@ class Replies(QObject):
         recorder.continuing(text, stats, finish)
         self._new_question = False
         convs.reload()
+        # A reply that thought goes on after its thinking: the model is given what it wrote, tags and all.
+        written = "".join(t.text for t in m.tokens) if m.thinking else text
         self._request_chat(convs.messages[:i], s, recorder, continuation=ContinueFrom(
-            text, tuple(t.token_id for t in m.tokens)))
+            written, tuple(t.token_id for t in m.tokens)))
         return True
 
     def _replayed(self, reply: Message, continuing: bool = False) -> AppSettings | None:

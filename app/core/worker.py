@@ -3,7 +3,8 @@
 Requests arrive as queued slot calls (in order: a load queued behind a reply runs after it);
 everything it learns leaves as signals, which Qt delivers to the GUI thread. It never touches
 a widget. Stop is not a slot (the thread is busy inside the reply): `stop()` marks request ids
-as stopped and sets the session's own stop flag directly from the GUI thread.
+as stopped and sets the running reply's own stop request directly from the GUI thread, which ends
+llama.cpp's pass in progress part-way (engine.decoding.llama_backend.StopRequest).
 
 Loads can be cancelled from the GUI thread (`cancel_load`): llama.cpp stops within one tensor and
 frees what it had loaded, and the load ends as a failure with LoadCancelled. Closing cancels the
@@ -118,43 +119,50 @@ class EngineWorker(QObject):
         super().__init__()
         self._session: Session | None = None
         self._info: LoadedInfo | None = None
-        self._lock = threading.Lock()  # the stop check and the switch to the next reply, atomically
+        # Stop, Close and Cancel come from the GUI thread and never wait for this thread: no lock is
+        # shared with it. Each side writes its own state first and then reads the other's (one
+        # attribute or set operation at a time, which the GIL makes atomic and ordered), so whichever
+        # comes second sees the first (see stop() and reply()).
         self._stopped: set[int] = set()
-        self._running: int | None = None
+        self._running: tuple[int, threading.Event] | None = None  # the reply running now and its stop request
         self._closing = False
         self._loading: LoadRequest | None = None
+        self._idle = threading.Event()  # no reply or load is running on this thread (wait_idle)
+        self._idle.set()
         self._last_progress: tuple[str, int] = ("", -1)
         self._past = PastChatsIndex()
 
     # -- called from the GUI thread ------------------------------------------------
     def stop(self, ids) -> None:
         """End these replies (running or queued) within one round; thread-safe, returns at once."""
-        with self._lock:
-            self._stopped.update(ids)
-            session = self._session
-            if session is not None and self._running in self._stopped:
-                session.stop()
+        self._stopped.update(ids)
+        running = self._running
+        if running is not None and running[0] in self._stopped:
+            running[1].set()  # that reply's own request: a late stop cannot end the next reply
 
     def cancel_load(self, req: LoadRequest | None = None) -> None:
         """Cancel the load `req` (queued or running), or else the load running now; thread-safe,
         returns at once. It ends with sig_load_failed(req, LoadCancelled, what is still loaded):
         a cancelled drafter switch keeps the pair as it was, a new target leaves nothing loaded."""
-        with self._lock:
-            req = req or self._loading
+        req = req or self._loading
         if req is not None:
             req.cancel.set()
 
     def close_soon(self) -> None:
         """The app is closing: cancel the load in progress, skip whatever is queued; the busy slot
         frees the models when it returns."""
-        with self._lock:  # with load()'s check: either the load sees this, or this sees the load
-            self._closing = True
-            loading = self._loading
+        self._closing = True  # then read _loading: either the load sees this, or this sees the load
+        loading = self._loading
         if loading is not None:
             loading.cancel.set()
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait (closing only) until no reply or load runs on the engine thread, at most `timeout_s`.
+        A stopped reply ends within one pass; a load or a stuck slot is not waited for past the timeout."""
+        return self._idle.wait(timeout_s)
+
     def release(self) -> None:
-        """Free the models now; only once the engine thread has ended."""
+        """Free the models now; only once the engine thread has ended (or from it, as it ends)."""
         self._close()
 
     @property
@@ -164,11 +172,12 @@ class EngineWorker(QObject):
     # -- slots, run on the engine thread -----------------------------------------------
     @Slot(object)
     def load(self, req: LoadRequest) -> None:
-        with self._lock:
-            if self._closing:
-                return
-            self._loading = req
+        self._loading = req  # then read _closing (close_soon writes them the other way round)
+        if self._closing:
+            self._loading = None
+            return
         self._last_progress = ("", -1)  # a load cancelled at n% must not hide the next one's n%
+        self._idle.clear()
         try:
             if req.cancel.is_set():  # cancelled while queued: what is loaded stays
                 self.sig_load_failed.emit(req, LoadCancelled(f"loading {Path(req.target).name} was cancelled"),
@@ -176,8 +185,8 @@ class EngineWorker(QObject):
             else:
                 self._load(req)
         finally:
-            with self._lock:
-                self._loading = None
+            self._loading = None
+            self._idle.set()
 
     def _load(self, req: LoadRequest) -> None:
         t0 = time.perf_counter()
@@ -225,6 +234,7 @@ class EngineWorker(QObject):
     def reply(self, req: ReplyRequest) -> None:
         if self._closing:
             return
+        self._idle.clear()
         session = self._session
         reply_ids: list[int] = []
         prefix: list[int] = []
@@ -238,34 +248,31 @@ class EngineWorker(QObject):
                 if session.history is not None:  # Compare: the index may hold this very reply
                     held = session.history
                     session.use_history(None)
-            # The chat template and tokenizer run before the lock: with many dropped exchanges that
-            # takes seconds, and Stop and Close (GUI thread) take this lock.
             prefix = session.reply_tokens(req.continuation.text, req.continuation.token_ids) if req.continuation else []
             try:
                 rendered = session.render(list(req.messages), reserve=req.settings.max_tokens, reply_prefix=prefix)
             except ContextFullError as exc:
                 raise _too_large(session, req.attachments, exc) or exc from None
-            with self._lock:
-                self._running = req.id
-                events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes)  # clears the stop flag
-                if req.id in self._stopped:  # stopped before it began
-                    session.stop()
+            events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True,
+                                             thinking_open=rendered.thinking_open)
+            stop = session.stop_event  # this reply's own
+            self._running = (req.id, stop)  # then read _stopped (stop() writes them the other way round)
+            if req.id in self._stopped:  # stopped before it began
+                stop.set()
             for ev in events:
                 self.sig_event.emit(req.id, ev)
                 if isinstance(ev, TokenEvent):
                     reply_ids.append(ev.token_id)
                 done = done or isinstance(ev, DoneEvent)
-                if req.id in self._stopped:
-                    session.stop()
         except Exception as exc:  # noqa: BLE001
             self.sig_reply_failed.emit(req.id, exc)
         finally:
             if held is not None:
                 session.use_history(held)
-            with self._lock:
-                self._running = None
-                self._stopped.discard(req.id)
+            self._running = None
+            self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
+            self._idle.set()  # a closing window goes on now: what follows needs nothing of it
             if done and self._past.index is not None:  # after the news: the window need not wait for this
                 self._past.add(session, req.messages, req.settings, prefix + reply_ids, req.conversation)
                 self.sig_past_chats.emit(self._past.status(session))
@@ -290,9 +297,13 @@ class EngineWorker(QObject):
     def _close(self) -> None:
         session, self._session, self._info = self._session, None, None
         self._past.close()  # saved before the model it belongs to goes
-        if session is not None:
-            session.close()
-            _return_freed_memory()
+        if session is None:
+            return
+        if self._closing and _left_at_exit is not None:
+            _left_at_exit.append(session)  # the process ends now: the system frees them faster
+            return
+        session.close()
+        _return_freed_memory()
 
     def _progress(self, which: str, fraction: float) -> None:
         # llama.cpp reports per tensor: pass on whole percents only.
@@ -317,6 +328,23 @@ def _too_large(session: Session, attachments: tuple[Attachment, ...],
     others = f"; the other attached files add {sum(c for c, _ in counts[1:]):,}" if len(counts) > 1 else ""
     return AttachmentTooLarge(f"{name} is {n:,} tokens{others}, and the model's context holds {holds:,}{whole}.",
                               needed=exc.needed, holds=holds)
+
+
+_left_at_exit: list[Session] | None = None
+"""Sessions of closed windows left for the system to free (leave_models_at_exit); None: freed on close."""
+
+
+def leave_models_at_exit() -> None:
+    """This process ends when its window closes (app.main): closing leaves the models to the system.
+    Freeing a pair takes about half a second (each model's memory is unmapped page by page), and the
+    system does that work anyway when the process exits; app.main then exits without finalizing."""
+    global _left_at_exit
+    if _left_at_exit is None:
+        _left_at_exit = []
+
+
+def models_left_at_exit() -> bool:
+    return bool(_left_at_exit)
 
 
 def _return_freed_memory() -> None:

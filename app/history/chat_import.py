@@ -112,7 +112,7 @@ def _message(r: dict, known: dict[Any, Message], previous: Any) -> tuple[Message
         raise ValueError("a message's attachments must be a list")
     m = Message(key, role, content, _text(r, "target"), _text(r, "drafter"), created=float(r.get("created") or 0.0),
                 settings=settings, error=_text(r, "error"), parent_id=parent,
-                attachments=tuple(_attachment(a) for a in files))
+                attachments=tuple(_attachment(a) for a in files), thinking=_text(r, "thinking"))
     m.finish_reason = FinishReason(finish) if finish is not None else None
     shown = r.get("shown", len(known) + 1)
     if not isinstance(shown, int) or isinstance(shown, bool):

@@ -50,7 +50,7 @@ def trace_records(conv: Conversation, tree: Sequence[tuple[Message, int]]) -> li
     records: list[dict] = [{"type": "conversation", "id": conv.id, "title": conv.title, "format": FORMAT,
                             "version": VERSION}]
     for m, shown in tree:
-        records.append({"type": "message", "id": m.id, "role": m.role.value, "content": m.text,
+        records.append({"type": "message", "id": m.id, "role": m.role.value, "content": m.text, "thinking": m.thinking,
                         "target": m.target, "drafter": m.drafter, "parent": m.parent_id, "shown": shown,
                         "created": m.created, "settings": m.settings,
                         "finish_reason": m.finish_reason.value if m.finish_reason else None, "error": m.error,

@@ -70,6 +70,10 @@ class Message:
     """How many alternatives share its parent."""
     attachments: tuple[Attachment, ...] = ()
     """Files given with a question, as text (engine.attachments): the model reads them before its words."""
+    thinking: str = ""
+    """A reply's thinking, kept apart from its answer (content); "" when it did not think or is still streaming."""
+    thinking_open: bool = False
+    """The prompt opened the reply's thinking block: its tokens start inside it (engine.decoding.reasoning)."""
 
     @property
     def text(self) -> str:
@@ -84,9 +88,10 @@ class Message:
     @property
     def continuable(self) -> bool:
         """A reply Continue can go on from (when it is the last shown): stopped or cut at the max tokens
-        limit, with the tokens it was made of (an edited reply has none)."""
+        limit, with the tokens it was made of (an edited reply has none). A reply stopped while it still
+        thought has no answer to go on from: Regenerate makes it again."""
         return self.role == Role.ASSISTANT and self.finish_reason in CONTINUABLE and bool(self.tokens) \
-            and not self.edited
+            and not self.edited and not (self.thinking and not self.content)
 
     @property
     def edited(self) -> bool:

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, Stats, TokenEvent
+from engine.decoding.reasoning import split_reply
 
 from app.core.errors import Level, Notice, explain
 from app.history.records import Message
@@ -75,12 +76,14 @@ class ReplyRecorder:
             if done is not None:
                 stats = joined_stats(first, done.stats, [self.message.rounds[n] for n in sorted(self.message.rounds)]
                                      + rounds) if first is not None else done.stats
-                done = DoneEvent(done.finish_reason, _text + done.text, stats)
+                done = DoneEvent(done.finish_reason, _text + done.text, stats, self.message.thinking)
         self._pending_rounds += rounds
         self._pending_tokens += tokens
         self._flush_pending()
         for r in rounds:
             self.message.rounds[r.round] = r
+            if self._before is None:  # a continuation adds answer to a reply whose tokens the view splits as before
+                self.message.thinking_open = r.thinking_open  # the same on every round: the view splits by it
             self.stats.add_round(r)
         self.message.tokens.extend(tokens)
         if tokens:
@@ -102,27 +105,28 @@ class ReplyRecorder:
             m.error = (f"incomplete in the history: {len(self._pending_tokens)} of its {len(m.tokens)} tokens "
                        "could not be saved")
         if self.done is not None:
-            m.content = self.done.text
+            m.content, m.thinking = self.done.text, self.done.thinking
             m.finish_reason = self.done.finish_reason
             m.stats = self.done.stats
-            self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error))
+            self._save(lambda: self.store.finish(m.id, self.done, m.content, m.error, m.thinking))
         elif self._before is not None:  # a continuation that ended without its end (failed, or the app closed)
             text, stats, n_tokens, _rounds, finish = self._before
             added = m.tokens[n_tokens:]
             m.content = text + "".join(t.text for t in added)
             if not added:  # nothing was added: the reply is as it was
                 m.finish_reason, m.stats = finish, stats
-                before = DoneEvent(finish, text, stats) if stats is not None else None
-                self._save(lambda: self.store.finish(m.id, before, m.content, m.error))
+                before = DoneEvent(finish, text, stats, m.thinking) if stats is not None else None
+                self._save(lambda: self.store.finish(m.id, before, m.content, m.error, m.thinking))
             else:
                 m.finish_reason = FinishReason.CANCELLED
                 m.error = f"failed: {explain(self.error).text}" if self.error is not None else m.error
-                self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
+                self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
         elif self.error is not None and m.tokens:
-            m.content = "".join(t.text for t in m.tokens)
+            raw = "".join(t.text for t in m.tokens)
+            m.thinking, m.content = split_reply(raw, m.thinking_open).split(raw)
             m.finish_reason = FinishReason.CANCELLED
             m.error = f"failed: {explain(self.error).text}"
-            self._save(lambda: self.store.finish(m.id, None, m.content, m.error))
+            self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
         self._on_finished(self)
 
     def _save(self, write: Callable[[], None]) -> bool:

@@ -38,8 +38,8 @@ from app.history.records import Conversation, Message, Role, StoredReply, stats_
 from app.core.settings import set_aside
 
 FILE_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 4  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives);
-# 4: files attached to questions
+SCHEMA_VERSION = 5  # 2: tokens keep the greedy runner-up and margin; 3: messages form a tree (alternatives);
+# 4: files attached to questions; 5: a reply's thinking is kept apart from its answer
 BUSY_S = 1.0
 """How long a statement waits for another process's lock before it gives up (GUI thread: short)."""
 
@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,
     error TEXT NOT NULL DEFAULT '',
     parent_id INTEGER REFERENCES messages(id),
-    shown INTEGER NOT NULL DEFAULT 0
+    shown INTEGER NOT NULL DEFAULT 0,
+    thinking TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
@@ -102,7 +103,7 @@ CREATE TABLE IF NOT EXISTS attachments (
 _COLUMNS = {  # what this version reads; a file lacking any is not ours to write into
     "conversations": "id, title, created, updated",
     "messages": "id, conversation_id, role, content, created, target, drafter, settings, finish_reason, stats, error, "
-                "parent_id, shown",
+                "parent_id, shown, thinking",
     "rounds": "message_id, round, data",
     "tokens": "message_id, idx, text, token_id, source, round, p, q, runner_up, margin",
     "attachments": "message_id, idx, name, size, kind, text",
@@ -118,6 +119,7 @@ _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in o
     3: ("CREATE TABLE IF NOT EXISTS attachments (message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE, "
         "idx INTEGER NOT NULL, name TEXT NOT NULL, size INTEGER NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, "
         "PRIMARY KEY (message_id, idx))",),
+    4: ("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''",),
 }
 
 
@@ -568,11 +570,12 @@ class ChatStore:
         if batch:
             self._write(batch)
 
-    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "") -> None:
+    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "", thinking: str = "") -> None:
+        """A reply's end: its answer (`text`), its thinking apart, why it ended and its totals."""
         self._write([(
-            "UPDATE messages SET content=?, finish_reason=?, stats=?, error=? WHERE id=?",
+            "UPDATE messages SET content=?, finish_reason=?, stats=?, error=?, thinking=? WHERE id=?",
             (text, done.finish_reason.value if done else "error",
-             json.dumps(done.stats.to_dict()) if done else None, error, message_id),
+             json.dumps(done.stats.to_dict()) if done else None, error, thinking, message_id),
         )])
 
     def set_title_if_default(self, conv_id: int, title: str) -> bool:
@@ -603,8 +606,8 @@ class ChatStore:
             for stamp, old in enumerate(path[: path.index(message_id) + 1], 1):
                 parent = db.execute(
                     "INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, "
-                    "finish_reason, stats, error, parent_id, shown) SELECT ?, role, content, created, target, drafter, "
-                    "settings, finish_reason, stats, error, ?, ? FROM messages WHERE id=?",
+                    "finish_reason, stats, error, parent_id, shown, thinking) SELECT ?, role, content, created, target, "
+                    "drafter, settings, finish_reason, stats, error, ?, ?, thinking FROM messages WHERE id=?",
                     (new_conv, parent, stamp, old)).lastrowid
                 for table, columns in (("tokens", "idx, text, token_id, source, round, p, q, runner_up, margin"),
                                        ("rounds", "round, data"), ("attachments", "idx, name, size, kind, text")):
@@ -650,10 +653,11 @@ class ChatStore:
             for m, stamp in messages:
                 mid = db.execute(
                     "INSERT INTO messages(conversation_id, role, content, created, target, drafter, settings, "
-                    "finish_reason, stats, error, parent_id, shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "finish_reason, stats, error, parent_id, shown, thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (conv, m.role.value, m.content, m.created or now, m.target, m.drafter, json.dumps(m.settings),
                      m.finish_reason.value if m.finish_reason else ("error" if m.role == Role.ASSISTANT else None),
-                     json.dumps(m.stats.to_dict()) if m.stats else None, m.error, ids.get(m.parent_id), stamp),
+                     json.dumps(m.stats.to_dict()) if m.stats else None, m.error, ids.get(m.parent_id), stamp,
+                     m.thinking),
                 ).lastrowid
                 ids[m.id] = mid
                 db.executemany("INSERT INTO tokens VALUES (?,?,?,?,?,?,?,?,?,?)", [
@@ -719,14 +723,15 @@ class ChatStore:
             chunk = list(ids[start:start + 500])
             marks = ",".join("?" * len(chunk))
             rows = self._read(
-                "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings, parent_id "
-                f"FROM messages WHERE id IN ({marks})", chunk)
-            for mid, role, content, target, drafter, finish, stats, error, created, settings, parent in rows:
+                "SELECT id, role, content, target, drafter, finish_reason, stats, error, created, settings, parent_id, "
+                f"thinking FROM messages WHERE id IN ({marks})", chunk)
+            for mid, role, content, target, drafter, finish, stats, error, created, settings, parent, thinking in rows:
                 try:
                     kind = Role(role)
                 except ValueError:
                     continue  # a role this version does not know (a newer Draftlight's)
-                fields = dict(error=error, created=created, settings=_settings_dict(settings), parent_id=parent)
+                fields = dict(error=error, created=created, settings=_settings_dict(settings), parent_id=parent,
+                              thinking=thinking or "")
                 if kind == Role.USER:
                     out[mid] = Message(mid, kind, content, target, drafter, **fields)
                 else:

@@ -20,6 +20,7 @@ from engine.decoding.history_index import HistoryIndex
 from engine.decoding.llama_backend import LlamaModel
 from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
+from engine.errors import Interrupted
 
 #: The policy's say over a proposed draft: how many of its tokens to verify.
 Prune = Callable[[DraftKey, int], int]
@@ -78,7 +79,10 @@ def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None
         if stop is not None and stop.is_set():
             break
         block = tokens[done : done + READ_BLOCK]
-        model.decode(block, "none")
+        try:
+            model.decode(block, "none")
+        except Interrupted:  # a stop inside the block's pass (llama_backend.StopRequest)
+            break
         done += len(block)
     return done
 

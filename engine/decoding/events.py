@@ -110,6 +110,9 @@ class RoundEvent:
     machine's speed in that round (engine.decoding.verdict)."""
     certainty: Certainty = Certainty.SETTLED
     """How far estimated_speedup can be trusted so far."""
+    thinking_open: bool = False
+    """The chat template opened a thinking block in the prompt: the reply starts inside it
+    (engine.decoding.reasoning). The same on every round of a reply."""
 
     type: str = field(default="round", init=False)
 
@@ -177,6 +180,8 @@ class Stats:
     """How far estimated_speedup can be trusted."""
     rounds_by_drafter: dict[str, int] = field(default_factory=dict)
     """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds): which mode ran."""
+    thinking_s: float | None = None
+    """Seconds from the first token to the end of the reply's thinking (None: it did not think)."""
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
@@ -189,9 +194,11 @@ class DoneEvent:
     finish_reason: FinishReason
     """Why it ended."""
     text: str
-    """The full reply text."""
+    """The reply's text: all of it, or, for a chat reply that thought, its answer."""
     stats: Stats
     """Totals."""
+    thinking: str = ""
+    """A chat reply's thinking, apart from its answer ("" when it did not think; engine.decoding.reasoning)."""
 
     type: str = field(default="done", init=False)
 

@@ -6,6 +6,7 @@ llama.cpp trusts the file and a damaged one can crash the process.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ import numpy as np
 import llama_cpp as lc
 
 from engine.decoding.threads import default_batch_threads, default_threads
-from engine.errors import ContextFullError, EngineError, LoadCancelled, ModelLoadError
+from engine.errors import ContextFullError, EngineError, Interrupted, LoadCancelled, ModelLoadError
 from engine.gguf_check import validate_gguf
 
 _init_lock = threading.Lock()
@@ -52,6 +53,44 @@ def _last_log_error() -> str:
         if line and ("error" in line.lower() or "failed" in line.lower()):
             return line
     return ""
+
+
+class StopRequest(threading.Event):
+    """A stop request that llama.cpp sees too: inside a pass, between its graph's nodes.
+
+    A pass of a large model on a busy CPU can take seconds; a stop seen only between passes waits for
+    it. `set()` also writes a byte that the abort callback of a model watching this request
+    (LlamaModel.watch) reads, and llama.cpp then ends the pass part-way (LlamaModel.decode raises
+    Interrupted). The callback is C code, libc's strlen over a two-byte buffer ("x" when set, ""
+    when not: a length of 1 or 0 reads as the bool llama.cpp expects), so the compute threads read
+    the flag without Python: a Python callback runs for every node, hundreds of times a pass, and
+    waits for the GIL whenever the window is busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flag = ctypes.create_string_buffer(2)
+
+    def set(self) -> None:
+        self.flag[0] = b"x"
+        super().set()
+
+    def clear(self) -> None:
+        self.flag[0] = b"\0"
+        super().clear()
+
+
+_NEVER = ctypes.create_string_buffer(1)
+"""What a model watches between replies: a flag never set."""
+
+
+@functools.cache
+def _flag_reader():
+    """libc's strlen as llama.cpp's abort callback (see StopRequest); None where there is no libc to ask."""
+    try:
+        libc = ctypes.cdll.msvcrt if os.name == "nt" else ctypes.CDLL(None)
+        return lc.ggml_abort_callback(ctypes.cast(libc.strlen, ctypes.c_void_p).value)
+    except (OSError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +221,8 @@ class LlamaModel:
         self._views: dict[int, tuple[int, np.ndarray]] = {}  # rows -> (buffer address, view onto it)
         self._facts: VocabFacts | None = None
         self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
+        self._watched: StopRequest | None = None
+        self.watch(None)
         if cancel is not None and cancel.is_set():  # it came while the context was made (not interruptible)
             self.close()
             _check_cancel(cancel, self.path)
@@ -245,6 +286,16 @@ class LlamaModel:
         return bool(lc.llama_vocab_is_eog(self._vocab, token))
 
     # -- the cache -----------------------------------------------------------
+    def watch(self, stop: StopRequest | None) -> None:
+        """From now on a pass ends part-way once `stop` is set (decode raises Interrupted); None: every
+        pass runs to its end (loading, measuring). Call it from the thread that decodes, between passes."""
+        reader = _flag_reader()
+        if reader is None or not self._ctx:
+            return
+        self._watched = stop  # the buffer llama.cpp reads must live as long as it is watched
+        flag = stop.flag if stop is not None else _NEVER
+        lc.llama_set_abort_callback(self._ctx, reader, ctypes.cast(flag, ctypes.c_void_p))
+
     def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray:
         """Append `tokens` to the cache in as few llama_decode calls as n_batch allows.
 
@@ -281,6 +332,8 @@ class LlamaModel:
             self.passes += 1
             if rc != 0:
                 self._recover(pos0)
+                if rc == 2:
+                    raise Interrupted(f"a stop request ended {self.path.name}'s pass part-way")
                 if rc == 1:
                     raise ContextFullError(f"no room in the KV cache for {len(chunk)} more tokens")
                 raise EngineError(f"llama_decode failed with code {rc}: {_last_log_error()}")

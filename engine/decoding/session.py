@@ -20,9 +20,10 @@ from engine.decoding import calibration, cpu_weights
 from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
-from engine.decoding.events import Event
+from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, chat_renderer, supports_gpu_offload
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest, chat_renderer, supports_gpu_offload
+from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
@@ -42,6 +43,10 @@ FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant: {% endif %}"
 )
+#: Where a reply in the fallback layout ends: nothing else tells the model its turn is over, and it
+#: goes on to write the next "User:" turn. The layout writes "\n\nUser: "; one newline is enough to
+#: tell a new turn (and the earliest match wins, so the blank line goes with the marker).
+FALLBACK_STOPS = ("\n\nUser:", "\nUser:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,8 @@ class RenderedPrompt:
     tokens: list[int]
     dropped_messages: int = 0
     notes: list[str] = field(default_factory=list)
+    thinking_open: bool = False
+    """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
 
 
 class Session:
@@ -110,8 +117,10 @@ class Session:
         self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None,
                                  cancel=cancel)
         self.costs = CostModel()
-        self.stop_event = threading.Event()
-        self._render, self._template_note = self._chat_renderer()
+        self.stop_event = StopRequest()
+        """The running reply's stop request (a fresh one per reply: a late stop of the last reply cannot
+        end the next one); the models watch it while the reply runs, so it ends a pass part-way."""
+        self._render, self._template_note, self.stop_strings = self._chat_renderer()
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
@@ -282,6 +291,8 @@ class Session:
         probe = self._repeated_probe(depth)
         tok = probe[-1:]
         for m in (self.target, drafter):
+            m.watch(None)  # measuring is never cut short by a reply's stop request
+        for m in (self.target, drafter):
             m.clear()
             m.decode(probe, "none")
         clean, after = [], []
@@ -345,6 +356,7 @@ class Session:
         got its undisturbed passes."""
         depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
         probe = self._repeated_probe(depth)
+        model.watch(None)  # measuring is never cut short by a reply's stop request
 
         def back_to_probe() -> None:
             if model.can_trim and len(model.kv) >= len(probe):
@@ -394,7 +406,8 @@ class Session:
         reserve = min(reserve, self.target.n_ctx // 2)
         dropped = 0
         while True:
-            tokens = self._tokens_for(msgs) + list(reply_prefix)
+            tokens, text = self._tokens_for(msgs)
+            tokens += reply_prefix
             if len(tokens) + reserve <= self.target.n_ctx:
                 break
             first = 1 if msgs[0].get("role") == "system" else 0
@@ -413,7 +426,8 @@ class Session:
                 needed=len(tokens), holds=self.target.n_ctx,
             )
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
-        return RenderedPrompt(tokens, dropped, notes)
+        # A continued reply goes on from its answer: what it adds is answer, whatever the template opened.
+        return RenderedPrompt(tokens, dropped, notes, opens_thinking(text) and not reply_prefix)
 
     def reply_tokens(self, text: str, token_ids: Sequence[int] = ()) -> list[int]:
         """The tokens of a reply written so far, for `render(reply_prefix=...)`: its own ids when they spell
@@ -429,18 +443,21 @@ class Session:
         """How many tokens `text` is for the target, as it stands inside a message."""
         return len(self.target.tokenize(text, add_special=False, parse_special=False))
 
-    def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str]]:
+    def _chat_renderer(self) -> tuple[Callable[[list[dict[str, str]]], str], list[str], tuple[str, ...]]:
+        """The template's renderer, what to tell the user about it, and the stop strings of chat replies."""
         t = self.target
         facts = t.vocab_facts()
         bos = t.special_text(facts.bos) if facts.bos >= 0 else ""
         eos = t.special_text(facts.eos) if facts.eos >= 0 else ""
         fallback = "using a plain 'Role: text' layout"
         if not t.chat_template:
-            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name} has no chat template: {fallback}"]
+            return (chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name} has no chat template: {fallback}"],
+                    FALLBACK_STOPS)
         try:
-            return chat_renderer(t.chat_template, bos, eos), []
+            return chat_renderer(t.chat_template, bos, eos), [], ()
         except Exception as exc:  # a template is code from the file: it may not even compile
-            return chat_renderer(FALLBACK_TEMPLATE, bos, eos), [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"]
+            return (chat_renderer(FALLBACK_TEMPLATE, bos, eos),
+                    [f"{t.path.name}'s chat template is broken ({exc}): {fallback}"], FALLBACK_STOPS)
 
     def render_text(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the chat template renders it (what other tools can be given)."""
@@ -449,7 +466,7 @@ class Session:
         except Exception as exc:
             raise EngineError(f"the model's chat template failed: {exc}") from None
 
-    def _tokens_for(self, msgs: list[dict[str, str]]) -> list[int]:
+    def _tokens_for(self, msgs: list[dict[str, str]]) -> tuple[list[int], str]:
         t = self.target
         facts = t.vocab_facts()
         try:
@@ -460,7 +477,7 @@ class Session:
         tokens = t.tokenize(text, add_special=False, parse_special=True)
         if facts.add_bos and (not tokens or tokens[0] != facts.bos):
             tokens.insert(0, facts.bos)
-        return tokens
+        return tokens, text
 
     # -- replies ----------------------------------------------------------------
     def policy_for(self, settings: GenerationSettings) -> DraftPolicy:
@@ -480,14 +497,20 @@ class Session:
         """Reply to a conversation (list of {'role', 'content'}, system first if any); with `reply_prefix`
         (Session.reply_tokens), continue that reply instead: the events are those of what it adds."""
         rendered = self.render(messages, reserve=settings.max_tokens, reply_prefix=reply_prefix)
-        return self.generate_tokens(rendered.tokens, settings, rendered.notes)
+        return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True,
+                                    thinking_open=rendered.thinking_open)
 
     def complete(self, prompt: str, settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Continue raw text, no chat template."""
         return self.generate_tokens(self.target.tokenize(prompt, add_special=True), settings)
 
-    def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = ()) -> Iterator[Event]:
-        self.stop_event.clear()
+    def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = (),
+                        chat: bool = False, thinking_open: bool = False) -> Iterator[Event]:
+        """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings
+        and its thinking, if it thinks, comes apart from its answer (`thinking_open`: the prompt opened it)."""
+        self.stop_event = stop = StopRequest()
+        for m in self._models():
+            m.watch(stop)
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.p_min = settings.p_min
         elif isinstance(self.drafter, CombinedDrafter):
@@ -495,20 +518,26 @@ class Session:
         events = generate(
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
-            stop=self.stop_event, costs=self.costs, note="; ".join([*self.notes, *notes]),
-            control=self.control_rounds,
+            stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
+            control=self.control_rounds, stop_strings=self.stop_strings if chat else (),
         )
-        return self._keeping(events)
+        return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
 
     def _keeping(self, events: Iterator[Event]) -> Iterator[Event]:
         """The reply's events; afterwards the costs its rounds refined are kept for the next launch."""
         try:
             yield from events
         finally:
+            for m in self._models():
+                m.watch(None)  # measuring and loading are never cut short by a late stop
             self.keep_calibration()
 
+    def _models(self) -> list[LlamaModel]:
+        return [m for m in (self.target, self.draft_model) if m is not None]
+
     def stop(self) -> None:
-        """Ask the running reply to end; safe from any thread. Takes effect within one round."""
+        """Ask the running reply to end; safe from any thread, returns at once. The pass in progress
+        ends part-way (llama_backend.StopRequest) or, where that cannot be, the reply ends after it."""
         self.stop_event.set()
 
     def reset_state(self) -> None:
@@ -526,3 +555,29 @@ class Session:
                 m.close()
         self._loaded_drafters = {}
         self.draft_model = None
+
+
+def _thinking_apart(events: Iterator[Event], opened: bool) -> Iterator[Event]:
+    """A chat reply's events, its end split into thinking and answer (engine.decoding.reasoning), with how
+    long it thought: from its first token to the one that closed the thinking (to its end if none did)."""
+    text: list[str] = []
+    first: float | None = None
+    closed_at: float | None = None
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            now = time.perf_counter()
+            first = now if first is None else first
+            text.append(ev.text)
+            # Cheap until a close tag may have come: the split reads the whole text.
+            if closed_at is None and CLOSE[-1] in ev.text and split_reply("".join(text), opened, final=False).closed:
+                closed_at = now
+        elif isinstance(ev, RoundEvent) and opened:
+            ev = replace(ev, thinking_open=True)
+        elif isinstance(ev, DoneEvent):
+            parts = split_reply(ev.text, opened)
+            if parts.thinking is not None:
+                thinking, answer = parts.split(ev.text)
+                end = closed_at if closed_at is not None else time.perf_counter()
+                seconds = end - first if first is not None else 0.0
+                ev = replace(ev, text=answer, thinking=thinking, stats=replace(ev.stats, thinking_s=seconds))
+        yield ev

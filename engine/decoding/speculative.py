@@ -26,8 +26,9 @@ from engine.decoding.llama_backend import LlamaModel
 from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
+from engine.decoding.stop_strings import StopText
 from engine.decoding.verdict import ControlRounds
-from engine.errors import ContextFullError, EngineError
+from engine.errors import ContextFullError, EngineError, Interrupted
 
 _NO_DRAFT = Draft()
 
@@ -113,12 +114,15 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
     reads it too when the policy says so (Auto prices that read in its first round instead).
     Returns the context and the reused prefix."""
     reused = target.sync(prompt[:-1])
-    for start in range(reused, len(prompt) - 1, target.n_batch):
-        if stop is not None and stop.is_set():
-            break  # a long prompt can take a while: a stop request is honoured between batches
-        target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
-    if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
-        drafter.begin(prompt, stop)
+    try:
+        for start in range(reused, len(prompt) - 1, target.n_batch):
+            if stop is not None and stop.is_set():
+                break  # a long prompt can take a while: a stop request is honoured between batches
+            target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
+        if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
+            drafter.begin(prompt, stop)
+    except Interrupted:
+        pass  # and inside one (llama_backend.StopRequest): the cache holds what was read before it
     # Normally the whole prompt; after a stop during prefill, only what the target has read (+1).
     return list(prompt[: len(target.kv) + 1]), reused
 
@@ -195,11 +199,16 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             raise ContextFullError("the context is full")
         number += 1
         limit = min(room, max_tokens - emitted - 1, k_cap)
-        if control is not None and control.due(max_tokens - emitted):
-            draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
-        else:
-            draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
-        rows, verify_s = verify(target, ctx, draft)
+        try:
+            if control is not None and control.due(max_tokens - emitted):
+                draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
+            else:
+                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
+            if stop is not None and stop.is_set():
+                return  # asked while drafting: the round ends before its verification pass
+            rows, verify_s = verify(target, ctx, draft)
+        except Interrupted:
+            return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
         new = draft.tokens[: verdict.accepted] + [verdict.next_token]
@@ -229,17 +238,12 @@ class _Text:
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self.parts: list[str] = []
 
     def push(self, token: int) -> str:
-        s = self.decoder.decode(self.model.piece(token))
-        self.parts.append(s)
-        return s
+        return self.decoder.decode(self.model.piece(token))
 
     def flush(self) -> str:
-        s = self.decoder.decode(b"", final=True)
-        self.parts.append(s)
-        return s
+        return self.decoder.decode(b"", final=True)
 
     def alone(self, token: int) -> str:
         return self.model.piece(token).decode("utf-8", "replace")
@@ -256,9 +260,12 @@ def generate(
     costs: CostModel | None = None,
     note: str = "",
     control: bool = False,
+    stop_strings: Sequence[str] = (),
 ) -> Iterator[Event]:
     """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
-    plain round among drafting ones where it costs next to nothing (verdict.ControlRounds)."""
+    plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
+    `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
+    whose text may begin one is yielded once the next round tells, still followed by its own tokens."""
     if not prompt:
         raise EngineError("the prompt is empty")
     params.validate()
@@ -275,9 +282,36 @@ def generate(
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill)
 
     text = _Text(target)
+    watch: StopText[Round] = StopText(stop_strings)
+    shown: list[str] = []  # the reply's text as emitted
     finish: FinishReason | None = None
     pending: tuple[RoundOutcome, float] | None = None  # a round's costs, recorded once its events are out
     emitted = 0
+
+    def round_events(r: Round, texts: list[str]) -> Iterator[Event]:
+        nonlocal emitted
+        tps, speedup, certainty = stats.live_rate(len(texts))
+        draft, verdict = r.draft, r.verdict
+        rejected = draft.tokens[verdict.accepted :]
+        yield from stats.timed(RoundEvent(
+            round=r.number, k=r.outcome.k, drafted=tuple(draft.tokens),
+            drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
+            rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
+            emitted=len(texts), draft_s=draft.seconds + draft.catchup_s, verify_s=r.outcome.verify_s,
+            drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty,
+        ))
+        for i, piece in enumerate(texts):
+            tok = r.tokens[i]
+            stats.token_emitted()
+            second = verdict.runner_up[i] if verdict.runner_up else (None, None)
+            shown.append(piece)
+            yield from stats.timed(TokenEvent(
+                text=piece, token_id=tok, source=r.sources[i], round=r.number,
+                p=verdict.p[i], q=draft.q_probs[i] if i < verdict.accepted else None, index=emitted,
+                runner_up=second[0], margin=second[1],
+            ))
+            emitted += 1
+
     t_round = stats.clock()
     # A seed with sampling promises the same text for the same k: control rounds fall where measured
     # times put them, and would move the stream's draws.
@@ -289,30 +323,16 @@ def generate(
             finish = r.finish
             pending = (r.outcome, t_round)
             stats.round_done(r.outcome, len(r.tokens), costs)
-            tps, speedup, certainty = stats.live_rate(len(r.tokens))
-            draft, verdict = r.draft, r.verdict
-            rejected = draft.tokens[verdict.accepted :]
-            yield from stats.timed(RoundEvent(
-                round=r.number, k=r.outcome.k, drafted=tuple(draft.tokens),
-                drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
-                rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
-                emitted=len(r.tokens), draft_s=draft.seconds + draft.catchup_s, verify_s=r.outcome.verify_s,
-                drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty,
-            ))
-            for i, tok in enumerate(r.tokens):
-                stats.token_emitted()
-                second = verdict.runner_up[i] if verdict.runner_up else (None, None)
-                yield from stats.timed(TokenEvent(
-                    text=text.push(tok), token_id=tok, source=r.sources[i], round=r.number,
-                    p=verdict.p[i], q=draft.q_probs[i] if i < verdict.accepted else None, index=emitted,
-                    runner_up=second[0], margin=second[1],
-                ))
-                emitted += 1
+            for out in watch.push(r, [text.push(t) for t in r.tokens]):
+                yield from round_events(out.unit, out.texts)
             # The round's overhead: everything that was neither drafting nor verifying, consumer excluded.
             now = stats.clock()
             o = r.outcome
             costs.record(replace(o, overhead_s=max(0.0, now - t_round - o.draft_s - o.catchup_s - o.verify_s)))
             pending, t_round = None, now
+            if watch.stopped:
+                finish = FinishReason.STOP
+                break
         if finish is None:
             finish = FinishReason.CANCELLED if stop is not None and stop.is_set() else FinishReason.STOP
     except ContextFullError:
@@ -321,5 +341,8 @@ def generate(
         steps.close()  # caches rewound now, even when the consumer stopped listening
         if pending is not None:  # a consumer stopped listening mid-round: the round was still paid for
             costs.record(pending[0])
-    text.flush()  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
-    yield DoneEvent(finish_reason=finish, text="".join(text.parts), stats=stats.finish(note))
+    for out in watch.flush():
+        yield from round_events(out.unit, out.texts)
+    if not watch.stopped:
+        shown.append(text.flush())  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
+    yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(note))
