@@ -190,6 +190,29 @@ def test_a_stored_reply_opens_collapsed_with_its_thinking_kept(qtbot, thinker, i
     assert any(f.text == "draft" for f in w2.chat.token_fragments())
 
 
+
+def test_a_fork_and_an_export_imported_again_keep_a_replys_thinking_apart(qtbot, thinker, isolated_home, tmp_path):
+    from app.history.chat_import import read_chat
+    from app.history.export import write_trace
+
+    install_tiny(thinker, isolated_home, draft_max=4)
+    w = open_window(qtbot)
+    reply = send(qtbot, w, "why")
+    store = w.controller.conversations.store
+    conv = next(c for c in store.conversations() if c.id == w.controller.current_id)
+    forked = store.fork(conv.id, reply.id, "forked")
+    out = tmp_path / "chat.jsonl"
+    write_trace(out, conv, store.tree(conv.id))
+    imported = store.import_conversation("imported", read_chat(out).messages)
+    for c in (forked, imported):
+        copy = [m for m, _ in store.tree(c.id) if m.role.value == "assistant"]
+        assert [(m.thinking, m.content) for m in copy] == [(THINKING, ANSWER)]
+    # A reply stopped inside its thinking has no answer to continue from (Regenerate makes it again).
+    reply.finish_reason = FinishReason.CANCELLED
+    assert reply.continuable
+    reply.content = ""
+    assert not reply.continuable
+
 # -- the live view, fuzzed: any Markdown in the thinking, the tags cut anywhere, opened at any time --------------
 THOUGHT_PIECES = st.sampled_from(["- ", "1. ", "> ", "\n", "\n\n", "```", "```python\n", "    ", "|", " | ", "|---",
                                   "# ", "**", "*", "`", "word", " text", "é", "=", "x = 1", "[a](b)"])

@@ -100,6 +100,14 @@ def test_close_returns_while_the_engine_thread_is_held_and_the_models_are_freed_
         let_go(held, timer)
     qtbot.waitUntil(thread.isFinished, timeout=REPLY_TIMEOUT_MS)
     assert not worker.holds_models  # freed on the engine thread as it ended
+    # The engine was still held when the window gave up waiting: the reply is stored as stopped, not as an
+    # error (a busy machine can take longer to stop than a closing window waits).
+    import sqlite3
+
+    from app.history.store import database_path
+
+    with sqlite3.connect(database_path()) as db:
+        assert db.execute("SELECT finish_reason FROM messages WHERE role='assistant'").fetchall() == [("cancelled",)]
     w2 = open_window(qtbot)
     assert w2.controller.messages[-1].finish_reason == FinishReason.CANCELLED
 
@@ -272,31 +280,38 @@ def test_a_real_app_process_closed_mid_reply_saves_it_and_exits_cleanly(tiny, is
     here = Path(__file__).parent
     install_tiny(tiny, isolated_home, max_tokens=3000)
     env = dict(os.environ, DRAFTLIGHT_HOME=str(isolated_home), QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, str(here / "fault_app.py"), "chat"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here.parent)
-    shown: dict[int, int] = {}
-    try:
-        for line in proc.stdout:
-            parts = line.split()
-            if parts[:1] == ["shown"]:
-                shown[int(parts[1])] = int(parts[2])
-                if shown[int(parts[1])] >= 3:
-                    break
-        else:
-            raise AssertionError(f"the app ended before a reply streamed: {proc.wait()} {proc.stderr.read()}")
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.stdout.read()
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    assert code == 0, err
-    assert "Traceback" not in err and "QThread: Destroyed" not in err
-    (reply_id, n_shown), = shown.items()
-    with sqlite3.connect(database_path()) as db:
-        finish, = db.execute("SELECT finish_reason FROM messages WHERE id=?", (reply_id,)).fetchone()
-        saved, = db.execute("SELECT COUNT(*) FROM tokens WHERE message_id=?", (reply_id,)).fetchone()
-    assert finish == "cancelled" and saved >= n_shown
-    assert f"finished {reply_id} cancelled" in rest  # the window saw it end as stopped before it closed
+    for _attempt in range(4):  # the tiny model can end a reply itself just before TERM lands: then again
+        proc = subprocess.Popen([sys.executable, str(here / "fault_app.py"), "chat"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here.parent)
+        shown: dict[int, int] = {}
+        try:
+            for line in proc.stdout:
+                parts = line.split()
+                if parts[:1] == ["shown"]:
+                    shown[int(parts[1])] = int(parts[2])
+                    if shown[int(parts[1])] >= 3:
+                        break
+            else:
+                raise AssertionError(f"the app ended before a reply streamed: {proc.wait()} {proc.stderr.read()}")
+            proc.send_signal(signal.SIGTERM)
+            rest = proc.stdout.read()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err = proc.stderr.read()
+        assert code == 0, err
+        assert "Traceback" not in err and "QThread: Destroyed" not in err
+        (reply_id, n_shown), = shown.items()
+        if f"finished {reply_id} stop" in rest:
+            continue
+        with sqlite3.connect(database_path()) as db:
+            finish, error = db.execute("SELECT finish_reason, error FROM messages WHERE id=?", (reply_id,)).fetchone()
+            saved, = db.execute("SELECT COUNT(*) FROM tokens WHERE message_id=?", (reply_id,)).fetchone()
+        assert finish == "cancelled" and saved >= n_shown
+        # The window saw it end as stopped before it closed, or (the stop took longer than the window waits,
+        # as on a busy machine) it was saved as stopped when the window closed.
+        assert f"finished {reply_id} cancelled" in rest or error == "stopped: the app was closed during the reply"
+        return
+    raise AssertionError("each reply ended by itself before the app was closed")

@@ -522,8 +522,5 @@ class Replies(QObject):
         far as it was shown, marked stopped."""
         rec, self.chat_reply = self.chat_reply, None
         if rec is not None and not rec.orphaned:
-            try:
-                self.store.finish(rec.message.id, None, rec.message.text, "stopped: the app was closed during the reply")
-            except StoreError:
-                pass  # the batches already written stand; it reads back as interrupted
+            rec.closed_early("stopped: the app was closed during the reply")
         self._handlers.clear()

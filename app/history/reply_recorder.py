@@ -129,6 +129,19 @@ class ReplyRecorder:
             self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
         self._on_finished(self)
 
+    def closed_early(self, note: str) -> None:
+        """The app closed before the reply's end came: it is kept as far as it went, marked stopped (a
+        busy machine can take longer to stop than a closing window waits)."""
+        m = self.message
+        self._flush_pending()
+        if self._before is not None:
+            m.content = self._before[0] + "".join(t.text for t in m.tokens[self._before[2]:])
+        else:
+            raw = "".join(t.text for t in m.tokens)
+            m.thinking, m.content = split_reply(raw, m.thinking_open).split(raw)
+        m.finish_reason, m.error = FinishReason.CANCELLED, note
+        self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking, FinishReason.CANCELLED))
+
     def _save(self, write: Callable[[], None]) -> bool:
         """Whether the write went through; the first failure of a reply is said, and its recovery."""
         if self.orphaned:

@@ -570,11 +570,13 @@ class ChatStore:
         if batch:
             self._write(batch)
 
-    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "", thinking: str = "") -> None:
-        """A reply's end: its answer (`text`), its thinking apart, why it ended and its totals."""
+    def finish(self, message_id: int, done: DoneEvent | None, text: str, error: str = "", thinking: str = "",
+               reason: FinishReason | None = None) -> None:
+        """A reply's end: its answer (`text`), its thinking apart, why it ended and its totals (with no
+        `done`, why it ended is `reason`, else an error)."""
         self._write([(
             "UPDATE messages SET content=?, finish_reason=?, stats=?, error=?, thinking=? WHERE id=?",
-            (text, done.finish_reason.value if done else "error",
+            (text, done.finish_reason.value if done else (reason.value if reason else "error"),
              json.dumps(done.stats.to_dict()) if done else None, error, thinking, message_id),
         )])
 
