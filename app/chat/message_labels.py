@@ -105,9 +105,11 @@ def footer(m: Message) -> Footer:
         chip, tone = "plain decoding", "neutral"
     elif snap.estimated_speedup is None or snap.certainty in (Certainty.UNKNOWN, Certainty.FEW_ROUNDS):
         chip, tone = "", "neutral"
+    elif snap.certainty is Certainty.LOAD_CHANGED:
+        chip, tone = "load changed", "neutral"
     else:
         v = pace(snap.estimated_speedup)
-        chip, tone = str(v) + ("?" if snap.certainty is Certainty.LOAD_CHANGED else ""), v.tone
+        chip, tone = str(v), v.tone
     return Footer(" · ".join(numbers), chip, tone, str(verdict(snap)) if snap.rounds else "")
 
 

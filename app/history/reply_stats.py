@@ -202,11 +202,10 @@ def _verdict(s: StatsSnapshot) -> Verdict:
         return Verdict("Measuring the speed of plain decoding…", "neutral")
     if s.certainty is Certainty.FEW_ROUNDS:
         return Verdict("Too few rounds yet to tell whether speculation is helping.", "neutral")
-    v = _paced(s, x)
-    if s.certainty is Certainty.LOAD_CHANGED:
-        return Verdict(f"{v} The machine's speed changed during this reply (other programs?): plain decoding's "
-                       "speed is estimated round by round, so this is less certain than usual.", v.tone)
-    return v
+    if s.certainty is Certainty.LOAD_CHANGED:  # a number here would be a guess: say so instead
+        return Verdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
+                       "whether speculation helped. Compare with plain decoding measures both.", "neutral")
+    return _paced(s, x)
 
 
 def _paced(s: StatsSnapshot, x: float) -> Verdict:

@@ -106,7 +106,9 @@ class StatsPanel(QFrame):
         colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
         self.tone_bar.setStyleSheet(f"background-color: {QColor(colour).name()};" if colour else "")
         self.acceptance_chart.set_values(s.by_position)
-        plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup else None
+        # With the load changed there is no one plain-decoding speed to draw.
+        plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup and s.certainty is Certainty.SETTLED \
+            else None
         self.speed_chart.set_points(s.speed_series, plain)
 
 
@@ -117,5 +119,5 @@ def _speedup_text(s) -> str:
     if s.certainty is Certainty.FEW_ROUNDS:
         return "too few rounds yet"
     if s.certainty is Certainty.LOAD_CHANGED:
-        return f"≈{s.estimated_speedup:.2f}× (load changed)"
+        return "uncertain (load changed)"
     return f"{s.estimated_speedup:.2f}×"

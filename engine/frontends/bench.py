@@ -548,7 +548,7 @@ def markdown(summary: dict, meta: dict) -> str:
         lines += ["", f"llama.cpp's own `llama-bench` on the same model, threads and repacking ({native['command']}): "
                   f"tg {native['tg_tokens_per_s']:.2f} tokens/s from {native.get('depth', 0)} tokens into the context "
                   f"(the median prompt's length, where replies start); Draftlight's plain decoding / llama-bench tg = "
-                  f"{native['plain_ratio']:.2f} (median plain tokens/s over all prompts against llama-bench's mean)."]
+                  f"{native['plain_ratio']:.2f} (median plain tokens/s over the prompts run without a busy loop, against llama-bench's mean)."]
     hist = meta.get("history")
     if hist:
         replies = (f", each with the target's own greedy reply (up to {hist['warm_reply_tokens']} tokens)"

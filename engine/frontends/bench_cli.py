@@ -84,7 +84,8 @@ def cmd_bench(args) -> int:
         if history_meta:
             meta["history"] = history_meta
         if native:
-            plain = sorted(r.tokens_per_s for r in results if r.variant == "plain")
+            # llama-bench ran on a quiet machine: set it against the quiet groups only.
+            plain = sorted(r.tokens_per_s for r in results if r.variant == "plain" and not r.busy)
             native["plain_ratio"] = plain[len(plain) // 2] / native["tg_tokens_per_s"]
             meta["native"] = native
         if args.traces:

@@ -16,7 +16,7 @@ from engine.frontends.options import (
     add_history_options, add_model_options, add_sampling_options, draft_load_settings, generation_settings,
     history_cap_bytes, load_settings,
 )
-from engine.decoding.events import DoneEvent, TokenEvent, TokenSource
+from engine.decoding.events import Certainty, DoneEvent, TokenEvent, TokenSource
 
 EXIT_BAD_INPUT = 2
 
@@ -122,7 +122,11 @@ def stats_line(done: DoneEvent) -> str:
     if s.drafted:
         parts += [f"accepted {s.accepted}/{s.drafted} ({s.acceptance_rate:.0%})",
                   f"{s.mean_accepted_per_round:.2f} accepted/round"]
-    if s.estimated_speedup is not None:
+    if s.certainty is Certainty.LOAD_CHANGED:
+        parts.append("speedup uncertain (the machine's load changed)")
+    elif s.certainty is Certainty.FEW_ROUNDS:
+        parts.append("speedup: too few rounds to tell")
+    elif s.estimated_speedup is not None:
         parts.append(f"~{s.estimated_speedup:.2f}x plain decoding")
     parts += [f"ttft {s.ttft_s * 1000:.0f} ms", f"draft {s.draft_s:.2f}s / verify {s.verify_s:.2f}s",
               f"k: {s.draft_mode}", f"finish: {done.finish_reason.value}"]
