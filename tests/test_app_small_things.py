@@ -57,6 +57,17 @@ def test_the_context_meter_counts_a_reply_while_it_streams(qtbot, tiny, isolated
     assert w.context_meter.label.text() == f"context {done.stats.prompt_tokens + done.stats.tokens} / 4k"
 
 
+def test_the_context_meter_counts_a_questions_attached_files():
+    """Found on the real pair: a question with an 8 KB file showed 'context ≈23 / 4k' while the model read
+    some 2,000 tokens of it. 4,000 characters of file are at least 1,000 tokens at four characters a token."""
+    from app.chat.context_meter import context_used
+    from engine.attachments import Attachment, AttachmentKind
+
+    notes = Attachment("notes.txt", 4000, AttachmentKind.TEXT, "word " * 800)
+    question = Message(1, Role.USER, "Summarise this.", "", "", attachments=(notes,))
+    used, estimated = context_used([question])
+    assert estimated and 1000 <= used < 1100
+
 def test_with_highlighting_off_rejected_drafts_are_not_shown(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
     w = open_window(qtbot)

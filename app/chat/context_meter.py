@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
+from engine.attachments import user_content
+
 from app.core.theme import TokenColours
 from app.history.records import Message
 
@@ -27,8 +29,10 @@ def context_used(messages: Sequence[Message]) -> tuple[int, bool]:
     for m in reversed(messages):
         if m.stats is not None:
             return m.stats.prompt_tokens + m.stats.tokens + estimate, estimate > 0
-        # A reply still being written has its tokens so far counted; text is estimated.
-        estimate += len(m.tokens) if not m.finished else -(-len(m.text) // CHARS_PER_TOKEN)
+        # A reply still being written has its tokens so far counted; text is estimated, a question's with
+        # its attached files, as the model reads them.
+        text = user_content(m.text, m.attachments) if m.attachments else m.text
+        estimate += len(m.tokens) if not m.finished else -(-len(text) // CHARS_PER_TOKEN)
     return estimate, estimate > 0
 
 
