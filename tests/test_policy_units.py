@@ -54,6 +54,26 @@ def test_record_keeps_each_price_apart():
     assert c.catchup_cost(0) == 0.0 and c.catchup_cost(-3) == 0.0
 
 
+def test_the_drafters_catch_up_follows_the_speed_of_plain_rounds():
+    """A catch-up timed quiet is charged at the speed plain rounds measure now; one timed under load is kept
+    at the calibration's speed; drafting rounds, whose shape may be wrong, do not move it (values by hand)."""
+    c = CostModel()
+    c.add_verify(1, 0.1)
+    c.add_verify(4, 0.2)
+    c.catchup.add(100, 0.5)  # timed at load, on a quiet machine
+    for _ in range(40):  # drafting rounds 1.5x slower than the shape says (a wrong shape, or load)
+        c.record(outcome(k=3, drafted=3, accepted=3, draft_s=0.03, verify_s=0.3))
+    assert c.catchup_cost(100) == pytest.approx(0.5)
+    for _ in range(40):  # the machine slows 3x: every plain round takes 0.3 s
+        c.record(outcome(verify_s=0.3))
+    assert c.plain_speed.value == pytest.approx(3.0, rel=1e-3)
+    assert c.catchup_cost(100) == pytest.approx(1.5, rel=1e-3)
+    assert c.catchup_cost(50) == pytest.approx(0.75, rel=1e-3)
+    # Under that load a 200-token read takes 3 s: at the calibration's speed, 1 s.
+    c.record(outcome(k=4, drafted=4, accepted=4, draft_s=0.1, verify_s=0.6, catchup_s=3.0, catchup_tokens=200))
+    assert c.catchup(200) == pytest.approx(1.0, rel=1e-3)
+    assert c.catchup_cost(200) == pytest.approx(3.0, rel=1e-3)
+
 def test_unmeasured_prices_fall_back_to_what_is_known():
     c = CostModel()
     assert c.plain_token_cost() is None and c.estimated_plain_tokens_per_s() is None

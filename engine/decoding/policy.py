@@ -197,7 +197,10 @@ class CostModel:
         self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         self.pairs: deque[float] = deque(maxlen=PAIRS)
         self._last: tuple[int, float] | None = None  # the last round's block size and seconds
-        self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch
+        self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
+        self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
+        """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
+        so a shape wrong for blocks does not move it, and the drafter's catch-up is priced with it."""
         self.draft_per_token = Ewma()
         self.overhead = Ewma(value=0.0)
         self.plain_overhead = Ewma()  # rounds without a draft do less bookkeeping
@@ -259,13 +262,15 @@ class CostModel:
             return
         self._learn_pair(n, seconds)
         self.speed.add(self.speed_ratio(n, seconds))
+        if n == 1:
+            self.plain_speed.add(self.speed_ratio(1, seconds))
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
         self.observe_verify(o.drafted + 1, o.verify_s)
         self.overhead.add(o.overhead_s)
-        if o.catchup_tokens:
-            self.catchup.add(o.catchup_tokens, o.catchup_s)
+        if o.catchup_tokens:  # kept at the calibration's speed, as the target's shape is
+            self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0))
         if o.drafted:
             if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
                 self.draft_per_token.add(o.draft_s / o.drafted)
@@ -287,11 +292,13 @@ class CostModel:
         return per * k
 
     def catchup_cost(self, n: int) -> float:
-        """Reading n unseen tokens into the drafter (unmeasured: priced like drafting them)."""
+        """Reading n unseen tokens into the drafter at today's speed as plain rounds measure it (a long
+        read is measured rarely: one timed on a quiet machine was charged as quiet under load, where a
+        2,000-token prompt's read took 47 s); unmeasured: priced like drafting them."""
         if n <= 0:
             return 0.0
         measured = self.catchup(n)
-        return measured if measured is not None else n * self.draft_cost(1)
+        return measured * (self.plain_speed.value or 1.0) if measured is not None else n * self.draft_cost(1)
 
     def plain_token_cost(self) -> float | None:
         v = self.verify_cost(1)
