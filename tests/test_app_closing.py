@@ -5,20 +5,14 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, marks,  # noqa: E402
-                              open_window)
+from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
+                              marks, open_window, terminated_cleanly)
 
 from app.control.controller import engine_threads_running  # noqa: E402
 from engine.decoding.events import FinishReason, TokenEvent  # noqa: E402
-
-HERE = Path(__file__).parent
 
 
 def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
@@ -105,21 +99,10 @@ def test_closing_while_the_engine_is_stuck_mid_reply_keeps_what_was_shown(qtbot,
 def test_the_app_process_exits_when_closed_during_a_load(tiny, isolated_home):
     """TERM to a real app process whose engine thread is stuck in a load: it saves, closes and exits."""
     install_tiny(tiny, isolated_home)
-    env = dict(os.environ, DRAFTLIGHT_HOME=str(isolated_home), QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([sys.executable, str(HERE / "fault_app.py"), "hold-load"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE.parent)
-    try:
+    with fault_app(isolated_home, "hold-load") as proc:
         for line in proc.stdout:
             if line.startswith("loading"):
                 break
         else:
             raise AssertionError(f"the app ended before loading: {proc.wait()} {proc.stderr.read()}")
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)  # the held load would last 10 minutes
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    assert code == 0, err
-    assert "Traceback" not in err and "QThread: Destroyed" not in err
+        terminated_cleanly(proc)  # the held load would last 10 minutes

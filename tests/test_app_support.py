@@ -6,7 +6,12 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from app.history.records import Role  # noqa: E402
@@ -124,3 +129,28 @@ def menu_keys(qtbot, w, *letters: str):
         qtbot.waitUntil(lambda: QApplication.activePopupWidget() is not None)
         qtbot.keyClick(QApplication.activePopupWidget(), letter)
     return QApplication.activePopupWidget()
+
+
+@contextmanager
+def fault_app(home: Path, mode: str) -> Iterator[subprocess.Popen]:
+    """A real app process (tests/fault_app.py MODE) on `home`, offscreen; killed if still running at the end."""
+    here = Path(__file__).parent
+    env = dict(os.environ, DRAFTLIGHT_HOME=str(home), QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.Popen([sys.executable, str(here / "fault_app.py"), mode], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here.parent)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def terminated_cleanly(proc: subprocess.Popen) -> str:
+    """TERM to a fault_app process (it closes the window); it must exit 0 within a minute with no traceback.
+    Returns what it printed after the TERM."""
+    proc.send_signal(signal.SIGTERM)
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "QThread: Destroyed" not in err
+    return rest

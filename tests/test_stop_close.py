@@ -16,7 +16,8 @@ import threading  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window  # noqa: E402
+from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
+                               open_window, terminated_cleanly)
 
 from engine.decoding.drafters import ModelDrafter  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent  # noqa: E402
@@ -269,22 +270,14 @@ def test_a_real_app_process_closed_mid_reply_saves_it_and_exits_cleanly(tiny, is
     """TERM (it closes the window) to a real app process while a reply streams: the reply is saved as
     stopped with every token shown, and the process exits cleanly (app.main leaves the models to the
     system rather than freeing them first)."""
-    import signal
     import sqlite3
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from app.history.store import database_path
 
-    here = Path(__file__).parent
     install_tiny(tiny, isolated_home, max_tokens=3000)
-    env = dict(os.environ, DRAFTLIGHT_HOME=str(isolated_home), QT_QPA_PLATFORM="offscreen")
     for _attempt in range(4):  # the tiny model can end a reply itself just before TERM lands: then again
-        proc = subprocess.Popen([sys.executable, str(here / "fault_app.py"), "chat"], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here.parent)
         shown: dict[int, int] = {}
-        try:
+        with fault_app(isolated_home, "chat") as proc:
             for line in proc.stdout:
                 parts = line.split()
                 if parts[:1] == ["shown"]:
@@ -293,16 +286,7 @@ def test_a_real_app_process_closed_mid_reply_saves_it_and_exits_cleanly(tiny, is
                         break
             else:
                 raise AssertionError(f"the app ended before a reply streamed: {proc.wait()} {proc.stderr.read()}")
-            proc.send_signal(signal.SIGTERM)
-            rest = proc.stdout.read()
-            code = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        err = proc.stderr.read()
-        assert code == 0, err
-        assert "Traceback" not in err and "QThread: Destroyed" not in err
+            rest = terminated_cleanly(proc)
         (reply_id, n_shown), = shown.items()
         if f"finished {reply_id} stop" in rest:
             continue

@@ -31,7 +31,7 @@ def context_used(messages: Sequence[Message]) -> tuple[int, bool]:
             return m.stats.prompt_tokens + m.stats.tokens + estimate, estimate > 0
         # A reply still being written has its tokens so far counted; text is estimated, a question's with
         # its attached files, as the model reads them.
-        text = user_content(m.text, m.attachments) if m.attachments else m.text
+        text = user_content(m.text, m.attachments)  # the text alone when nothing is attached
         estimate += len(m.tokens) if not m.finished else -(-len(text) // CHARS_PER_TOKEN)
     return estimate, estimate > 0
 

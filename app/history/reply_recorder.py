@@ -112,7 +112,7 @@ class ReplyRecorder:
         elif self._before is not None:  # a continuation that ended without its end (failed, or the app closed)
             text, stats, n_tokens, _rounds, finish = self._before
             added = m.tokens[n_tokens:]
-            m.content = text + "".join(t.text for t in added)
+            self._text_from_tokens()
             if not added:  # nothing was added: the reply is as it was
                 m.finish_reason, m.stats = finish, stats
                 before = DoneEvent(finish, text, stats, m.thinking) if stats is not None else None
@@ -122,8 +122,7 @@ class ReplyRecorder:
                 m.error = f"failed: {explain(self.error).text}" if self.error is not None else m.error
                 self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
         elif self.error is not None and m.tokens:
-            raw = "".join(t.text for t in m.tokens)
-            m.thinking, m.content = split_reply(raw, m.thinking_open).split(raw)
+            self._text_from_tokens()
             m.finish_reason = FinishReason.CANCELLED
             m.error = f"failed: {explain(self.error).text}"
             self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking))
@@ -134,13 +133,19 @@ class ReplyRecorder:
         busy machine can take longer to stop than a closing window waits)."""
         m = self.message
         self._flush_pending()
+        self._text_from_tokens()
+        m.finish_reason, m.error = FinishReason.CANCELLED, note
+        self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking, FinishReason.CANCELLED))
+
+    def _text_from_tokens(self) -> None:
+        """A reply that ended without its end: its text as far as its tokens went (a continuation's text
+        before, then what it added; else its tokens' text, thinking apart)."""
+        m = self.message
         if self._before is not None:
             m.content = self._before[0] + "".join(t.text for t in m.tokens[self._before[2]:])
         else:
             raw = "".join(t.text for t in m.tokens)
             m.thinking, m.content = split_reply(raw, m.thinking_open).split(raw)
-        m.finish_reason, m.error = FinishReason.CANCELLED, note
-        self._save(lambda: self.store.finish(m.id, None, m.content, m.error, m.thinking, FinishReason.CANCELLED))
 
     def _save(self, write: Callable[[], None]) -> bool:
         """Whether the write went through; the first failure of a reply is said, and its recovery."""
