@@ -261,9 +261,10 @@ class CostModel:
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
         self._learn_pair(n, seconds)
-        self.speed.add(self.speed_ratio(n, seconds))
+        ratio = self.speed_ratio(n, seconds)
+        self.speed.add(ratio)
         if n == 1:
-            self.plain_speed.add(self.speed_ratio(1, seconds))
+            self.plain_speed.add(ratio)
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
