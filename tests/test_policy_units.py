@@ -73,6 +73,9 @@ def test_the_drafters_catch_up_follows_the_speed_of_plain_rounds():
     c.record(outcome(k=4, drafted=4, accepted=4, draft_s=0.1, verify_s=0.6, catchup_s=3.0, catchup_tokens=200))
     assert c.catchup(200) == pytest.approx(1.0, rel=1e-3)
     assert c.catchup_cost(200) == pytest.approx(3.0, rel=1e-3)
+    # One quiet plain round moves that speed as fast as the target's (weight 0.3): 3 + 0.3 x (1 - 3) = 2.4.
+    c.record(outcome(verify_s=0.1))
+    assert c.catchup_cost(100) == pytest.approx(0.5 * 2.4, rel=1e-3)
 
 def test_unmeasured_prices_fall_back_to_what_is_known():
     c = CostModel()
