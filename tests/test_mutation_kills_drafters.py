@@ -127,26 +127,25 @@ def test_p_min_cuts_a_greedy_draft_at_the_first_token_below_it(drafter, models):
     # a cut inside the draft, well away from every probability: the first token below it ends the draft
     below = [p for p in probs[1:] if p < probs[0]]
     assert below, probs
-    drafter.p_min = (probs[0] + max(below)) / 2
-    n = next(i for i, p in enumerate(probs) if p < drafter.p_min)
-    assert 1 <= n < 6 and all(abs(p - drafter.p_min) > 1e-4 for p in probs)
-    draft = drafter.propose(CONTEXT, DraftRequest(model_k=6), GREEDY, np.random.default_rng(0))
+    p_min = (probs[0] + max(below)) / 2
+    n = next(i for i, p in enumerate(probs) if p < p_min)
+    assert 1 <= n < 6 and all(abs(p - p_min) > 1e-4 for p in probs)
+    draft = drafter.propose(CONTEXT, DraftRequest(model_k=6, p_min=p_min), GREEDY, np.random.default_rng(0))
     assert draft.tokens == tokens[:n]
     # a top probability exactly at p_min is not below it
-    drafter.p_min = draft.q_probs[0]
-    assert drafter.propose(CONTEXT, DraftRequest(model_k=1), GREEDY, np.random.default_rng(0)).tokens == tokens[:1]
+    p_min = draft.q_probs[0]
+    assert drafter.propose(CONTEXT, DraftRequest(model_k=1, p_min=p_min), GREEDY, np.random.default_rng(0)).tokens == tokens[:1]
     # above the first token's: an empty draft, timed like any other
-    drafter.p_min = probs[0] + 1e-3
-    empty = drafter.propose(CONTEXT, DraftRequest(model_k=6), GREEDY, np.random.default_rng(0))
+    p_min = probs[0] + 1e-3
+    empty = drafter.propose(CONTEXT, DraftRequest(model_k=6, p_min=p_min), GREEDY, np.random.default_rng(0))
     assert isinstance(empty, Draft) and empty.tokens == [] and empty.seconds >= 0.0
 
 
 def test_p_min_reads_the_sampled_distributions_top(drafter):
     one = SamplingParams(1.0, 1, 1.0, 0.0)  # top-k 1: the top token has probability exactly 1
-    drafter.p_min = 1.0
-    assert len(drafter.propose(CONTEXT, DraftRequest(model_k=3), one, np.random.default_rng(0)).tokens) == 3
-    drafter.p_min = 0.999  # no token of the tiny drafter is that sure under the full chain
-    empty = drafter.propose(CONTEXT, DraftRequest(model_k=3), SAMPLED, np.random.default_rng(0))
+    assert len(drafter.propose(CONTEXT, DraftRequest(model_k=3, p_min=1.0), one, np.random.default_rng(0)).tokens) == 3
+    # no token of the tiny drafter is that sure under the full chain
+    empty = drafter.propose(CONTEXT, DraftRequest(model_k=3, p_min=0.999), SAMPLED, np.random.default_rng(0))
     assert isinstance(empty, Draft) and empty.tokens == []
 
 

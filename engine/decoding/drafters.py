@@ -122,10 +122,9 @@ class ModelDrafter(Drafter):
 
     uses_model = True
 
-    def __init__(self, model: LlamaModel, p_min: float = 0.0, target_vocab: int | None = None,
+    def __init__(self, model: LlamaModel, target_vocab: int | None = None,
                  is_eog: Callable[[int], bool] | None = None) -> None:
         self.model = model
-        self.p_min = p_min  # confidence cut-off: stop drafting below this top probability
         self.name = "model"
         # Pairing allows vocabularies that differ by up to 128 ids: the target can never produce
         # the drafter's extra ones, so a draft ends before one (exact: that position is then
@@ -166,7 +165,7 @@ class ModelDrafter(Drafter):
 
     def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
                 rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
-        k = request.model_k
+        k, p_min = request.model_k, request.p_min  # p_min: stop drafting below this top probability
         draft = Draft(key=MODEL_KEY, asked=k)
         if k <= 0:
             return draft
@@ -180,11 +179,11 @@ class ModelDrafter(Drafter):
             if params.greedy:
                 tok, prob = top_prob(row)
                 dist = None
-                if prob < self.p_min:
+                if prob < p_min:
                     break
             else:
                 dist = distribution(row, params)
-                if dist.probs[0] < self.p_min:
+                if dist.probs[0] < p_min:
                     break
                 tok = dist.sample(rng)
                 prob = dist.prob(tok)

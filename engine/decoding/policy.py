@@ -101,6 +101,9 @@ class DraftRequest:
     """Tokens a model drafter should draft (it costs a forward pass each)."""
     lookup_k: int = 0
     """Tokens a free drafter (prompt lookup) may propose; the policy prunes them afterwards."""
+    p_min: float = 0.0
+    """A model drafter stops drafting where its top probability falls below this (the reply's
+    setting; 0: never). The policy asks for lengths; the loop adds the reply's cut-off."""
 
     @property
     def any(self) -> bool:
@@ -135,7 +138,10 @@ class RoundOutcome:
     draft_s: float
     """Seconds of drafting proper (one drafter step per drafted token), catch-up excluded."""
     verify_s: float
-    overhead_s: float
+    overhead_s: float = 0.0
+    """Seconds of the round that were neither drafting nor verifying (its events, the engine's bookkeeping).
+    Known once the round's events are out (engine.decoding.round_costs): the policy and control rounds,
+    which judge a round as the loop yields it, see 0; the cost model sees it."""
     key: DraftKey = MODEL_KEY
     """Kind of draft: acceptance is learned per kind."""
     catchup_s: float = 0.0

@@ -511,15 +511,11 @@ class Session:
         self.stop_event = stop = StopRequest()
         for m in self._models():
             m.watch(stop)
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.p_min = settings.p_min
-        elif isinstance(self.drafter, CombinedDrafter):
-            self.drafter.model.p_min = settings.p_min
         events = generate(
             self.target, tokens, settings.sampling,
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
-            control=self.control_rounds, stop_strings=self.stop_strings if chat else (),
+            control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
         )
         return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
 

@@ -3,7 +3,8 @@ loop with empty drafts.
 
 Two layers, as mlx-lm's `generate_step` under `stream_generate`: `rounds()` yields one `Round` per
 draft-verify round (token ids, what was drafted and kept, costs) and `generate()` turns those into
-the event stream (text, stats, timings) that every consumer reads.
+the event stream (text, stats, timings) that every consumer reads. A round's costs reach the cost
+model through one step, engine.decoding.round_costs, once its events are out.
 
 Invariant between rounds: `ctx` is the prompt plus every emitted token; the target's KV cache
 holds ctx[:-1] (the last token is scored at the start of the next round, together with the
@@ -24,6 +25,7 @@ from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel
 from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
+from engine.decoding.round_costs import RoundCosts
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
 from engine.decoding.stop_strings import StopText
@@ -128,13 +130,17 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
 
 
 def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], limit: int, remaining: int,
-               params: SamplingParams, rng: np.random.Generator, stop: threading.Event | None) -> Draft:
-    """1. draft: what the policy asks for, pruned to what it thinks is worth verifying."""
+               params: SamplingParams, rng: np.random.Generator, stop: threading.Event | None,
+               p_min: float = 0.0) -> Draft:
+    """1. draft: what the policy asks for (with the reply's confidence cut-off `p_min`), pruned to what it
+    thinks is worth verifying."""
     if drafter is None:
         return _NO_DRAFT
     request = policy.request(limit, drafter.behind(ctx), remaining)
     if not request.any:
         return _NO_DRAFT
+    if p_min:  # the policy chooses lengths; the cut-off is the reply's own
+        request = replace(request, p_min=p_min)
     return drafter.propose(ctx, request, params, rng, policy.prune, stop)
 
 
@@ -172,11 +178,11 @@ def rewind(target: LlamaModel, drafter: Drafter | None, ctx: list[int]) -> None:
 
 def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
            max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
-           control: ControlRounds | None = None) -> Iterator[Round]:
+           control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     """The token-level loop. `ctx` grows in place; whatever happens (a consumer that stops listening
     included), the caches are rewound to it."""
     try:
-        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng, control)
+        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng, control, p_min)
     except BaseException:
         with contextlib.suppress(Exception):
             rewind(target, drafter, ctx)  # never hide the error that got us here
@@ -186,7 +192,7 @@ def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: 
 
 def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
-          control: ControlRounds | None = None) -> Iterator[Round]:
+          control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     emitted = 0
     number = 0
     # A block of k + 1 tokens must fit one llama_decode call.
@@ -203,7 +209,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             if control is not None and control.due(max_tokens - emitted):
                 draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
             else:
-                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop)
+                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop, p_min)
             if stop is not None and stop.is_set():
                 return  # asked while drafting: the round ends before its verification pass
             rows, verify_s = verify(target, ctx, draft)
@@ -217,9 +223,9 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         keep, finish = cut(target, new, emitted, max_tokens)
         ctx.extend(new[: keep + 1] if finish is FinishReason.STOP else new[:keep])  # keep the EOG itself
         rewind(target, drafter if n_draft else None, ctx)
+        # As measured here; the round's overhead is added once its events are out (engine.decoding.round_costs).
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
-            overhead_s=0.0,  # known once the round's events are out: see generate()
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens,
         )
         policy.observe(outcome)
@@ -261,11 +267,13 @@ def generate(
     note: str = "",
     control: bool = False,
     stop_strings: Sequence[str] = (),
+    p_min: float = 0.0,
 ) -> Iterator[Event]:
     """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
     plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
     `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
-    whose text may begin one is yielded once the next round tells, still followed by its own tokens."""
+    whose text may begin one is yielded once the next round tells, still followed by its own tokens.
+    `p_min`: a model drafter stops drafting below this top probability (engine.decoding.policy.DraftRequest)."""
     if not prompt:
         raise EngineError("the prompt is empty")
     params.validate()
@@ -285,7 +293,6 @@ def generate(
     watch: StopText[Round] = StopText(stop_strings)
     shown: list[str] = []  # the reply's text as emitted
     finish: FinishReason | None = None
-    pending: tuple[RoundOutcome, float] | None = None  # a round's costs, recorded once its events are out
     emitted = 0
 
     def round_events(r: Round, texts: list[str]) -> Iterator[Event]:
@@ -312,24 +319,20 @@ def generate(
             ))
             emitted += 1
 
-    t_round = stats.clock()
+    accounts = RoundCosts(costs, stats.clock)
     # A seed with sampling promises the same text for the same k: control rounds fall where measured
     # times put them, and would move the stream's draws.
     repeatable = not params.greedy and params.seed is not None
     steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng,
-                   ControlRounds(costs) if control and policy.drafts and not repeatable else None)
+                   ControlRounds(costs) if control and policy.drafts and not repeatable else None, p_min)
     try:
         for r in steps:
             finish = r.finish
-            pending = (r.outcome, t_round)
+            accounts.begin(r.outcome)
             stats.round_done(r.outcome, len(r.tokens), costs)
             for out in watch.push(r, [text.push(t) for t in r.tokens]):
                 yield from round_events(out.unit, out.texts)
-            # The round's overhead: everything that was neither drafting nor verifying, consumer excluded.
-            now = stats.clock()
-            o = r.outcome
-            costs.record(replace(o, overhead_s=max(0.0, now - t_round - o.draft_s - o.catchup_s - o.verify_s)))
-            pending, t_round = None, now
+            accounts.settle()
             if watch.stopped:
                 finish = FinishReason.STOP
                 break
@@ -339,8 +342,7 @@ def generate(
         finish = FinishReason.CONTEXT_FULL
     finally:
         steps.close()  # caches rewound now, even when the consumer stopped listening
-        if pending is not None:  # a consumer stopped listening mid-round: the round was still paid for
-            costs.record(pending[0])
+        accounts.close()
     for out in watch.flush():
         yield from round_events(out.unit, out.texts)
     if not watch.stopped:
