@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"draftlight: {problem}", file=sys.stderr)
         return 2
-    from app.core.worker import leave_models_at_exit, models_left_at_exit
+    from app.core.engine_thread.worker import leave_models_at_exit, models_left_at_exit
     from app.window import MainWindow
 
     leave_models_at_exit()

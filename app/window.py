@@ -35,7 +35,7 @@ from app.chat.chat_pane import ChatPane
 from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
-from app.history.conversation_list import ConversationList
+from app.chat.conversation_list import ConversationList
 from app.core import slot_errors
 from app.core.errors import Action, Level, Notice
 from app.history.export import write_markdown, write_trace

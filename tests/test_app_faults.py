@@ -21,8 +21,9 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send, write_old_history  # noqa: E402
 
+from app.history.database import SCHEMA_VERSION, StoreMode, database_path  # noqa: E402
 from app.history.records import Role  # noqa: E402
-from app.history.store import SCHEMA_VERSION, ChatStore, StoreError, StoreMode, database_path  # noqa: E402
+from app.history.store import ChatStore, StoreError  # noqa: E402
 
 HERE = Path(__file__).parent
 

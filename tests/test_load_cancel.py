@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QObject, Qt, QThread, Signal  # noqa: E402
 from test_app_support import install_tiny  # noqa: E402
 
-from app.core.worker import EngineWorker, LoadRequest  # noqa: E402
+from app.core.engine_thread.worker import EngineWorker, LoadRequest  # noqa: E402
 from engine.decoding.llama_backend import LlamaModel, LoadSettings  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 from engine.errors import LoadCancelled  # noqa: E402

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPoint, QPointF, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (QContextMenuEvent, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette,
-                           QTextBlockFormat, QTextCharFormat, QTextCursor)
-from PySide6.QtWidgets import QMenu, QMessageBox, QTextBrowser, QToolTip, QWidget
+                           QTextBlockFormat, QTextCursor)
+from PySide6.QtWidgets import QMenu, QMessageBox, QTextBrowser, QWidget
 
 from engine.decoding.events import TokenEvent
 
@@ -33,12 +33,13 @@ from app.chat import app_links
 from app.chat.actions import MessageAction
 from app.chat.app_links import LinkKind
 from app.chat.live_reply import LiveReply, ShownMessage
-from app.chat.markdown_spans import LINE_BREAK, Block, code_sources, parse
+from app.chat.markdown_spans import LINE_BREAK, Block, parse
 from app.chat.message_frame import write_attachments, write_end, write_header, write_thinking_toggle
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
 from app.chat.thinking import THINKING_CODE, first_answer_token, parts_of, phase, thinks, toggle_label
-from app.chat.token_story import token_story
-from app.core.theme import LIGHT_COLOURS, Mark, TokenColours
+from app.chat.view_navigation import ViewNavigation
+from app.chat.view_reading import ViewReading, message_source
+from app.core.theme import LIGHT_COLOURS, TokenColours
 from app.history.records import Message, Role
 
 TAIL_CHARS = 3000
@@ -61,38 +62,6 @@ class ViewOptions:
     """Insert rejected draft tokens, struck through, before each correction."""
     actions: bool = True
     """Show the messages' action links (copy, regenerate, edit, delete, alternatives)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TokenFragment:
-    """A piece of reply text as the document shows it, and the token it came from."""
-
-    text: str
-    """The characters shown."""
-    mark: Mark
-    """Its token's source (REJECTED for a rejected draft)."""
-    message_id: int
-    """Database id of its message."""
-    index: int
-    """Token index in the reply (-1 for rejected draft text)."""
-    round: int
-    """Round that emitted (or rejected) it."""
-    format: QTextCharFormat
-    """The character format it is drawn with."""
-    position: int
-    """Document position of its first character."""
-
-
-def message_source(m: Message) -> tuple[str, list[int]]:
-    """What a message's body is rendered from, and its tokens' cumulative ends (none for user text)."""
-    if m.role == Role.USER or not m.tokens:
-        return m.content, []
-    ends, at = [], 0
-    texts = [t.text for t in m.tokens]
-    for t in texts:
-        at += len(t)
-        ends.append(at)
-    return "".join(texts), ends
 
 
 def _with_mnemonic(words: str, taken: set[str]) -> str:
@@ -122,8 +91,9 @@ def _out_of_the_collectors_sight() -> None:
     gc.freeze()
 
 
-class ChatView(QTextBrowser):
-    """Read-only view of one conversation; GUI thread only."""
+class ChatView(ViewReading, ViewNavigation, QTextBrowser):
+    """Read-only view of one conversation; GUI thread only. This class renders (the whole chat in slices,
+    the streaming reply) and handles links; reading back is ViewReading's, moving about ViewNavigation's."""
 
     action_requested = Signal(str, int)
     """(MessageAction value, message id): a message's action link was used."""
@@ -578,92 +548,6 @@ class ChatView(QTextBrowser):
         self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
         return w
 
-    # -- reading back --------------------------------------------------------------------------------------
-    def token_fragments(self) -> Iterator[TokenFragment]:
-        """Every piece of reply text with its token, in document order (tests and exports read this)."""
-        self.finish_rendering()
-        doc = self.document()
-        sel, at = QTextCursor(doc), QTextCursor(doc)
-        for s in list(self._shown):
-            m, p = s.message, s.prov
-            for k in range(len(p)):
-                a, b = s.start + p.starts[k], s.start + p.ends[k]
-                sel.setPosition(a)
-                sel.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
-                at.setPosition(a + 1)
-                idx = p.index[k]
-                mark = Mark.REJECTED if idx < 0 else Mark.of(m.tokens[idx].source)
-                yield TokenFragment(sel.selectedText(), mark, m.id, idx, p.round[k], at.charFormat(), a)
-
-    def message_at(self, position: int) -> Message | None:
-        k = self._shown_index(position)
-        return self._shown[k].message if k >= 0 else None
-
-    def message_start(self, message_id: int) -> int | None:
-        """Document position of a shown message's header."""
-        s = self._by_id.get(message_id)
-        return s.start if s is not None else None
-
-    def _shown_index(self, position: int) -> int:
-        lo, hi = 0, len(self._shown)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._shown[mid].start <= position:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1
-
-    def fragment_at(self, position: int) -> TokenFragment | None:
-        """The token piece holding the character at a document position, or None."""
-        k = self._shown_index(position)
-        if k < 0:
-            return None
-        s = self._shown[k]
-        run = s.prov.find(position - s.start)
-        if run < 0:
-            return None
-        p, m = s.prov, s.message
-        a, b = s.start + p.starts[run], s.start + p.ends[run]
-        cur = QTextCursor(self.document())
-        cur.setPosition(a + 1)
-        fmt = cur.charFormat()
-        cur.setPosition(a)
-        cur.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
-        idx = p.index[run]
-        mark = Mark.REJECTED if idx < 0 else Mark.of(m.tokens[idx].source)
-        return TokenFragment(cur.selectedText(), mark, m.id, idx, p.round[run], fmt, a)
-
-    def story_at(self, position: int) -> str | None:
-        """The token story (HTML) of the character at a document position, or None off reply tokens."""
-        frag = self.fragment_at(position)
-        return self.tooltip_for(frag) if frag is not None else None
-
-    def tooltip_for(self, frag: TokenFragment) -> str | None:
-        """What a token is and how it came to be, in HTML (the tooltip and the details panel show it)."""
-        s = self._by_id.get(frag.message_id)
-        if s is None:
-            return None
-        return token_story(s.message, frag.mark, frag.index, frag.round)
-
-    def _doc_position(self, pos: QPointF) -> int:
-        doc_pos = QPointF(pos.x() + self.horizontalScrollBar().value(), pos.y() + self.verticalScrollBar().value())
-        return self.document().documentLayout().hitTest(doc_pos, Qt.HitTestAccuracy.ExactHit)
-
-    def viewportEvent(self, e: QEvent) -> bool:
-        if e.type() == QEvent.Type.ToolTip:
-            hit = self._doc_position(QPointF(e.pos()))
-            if hit < 0:
-                # Off the text (the blank page under the last message): no tooltip. Qt's own would be the
-                # nearest character's, the last message's "Delete" link; an ignored event goes on to it.
-                QToolTip.hideText()
-                e.accept()
-                return True
-            tip = self.story_at(hit)
-            if tip:
-                QToolTip.showText(e.globalPos(), tip, self)
-                return True
-        return super().viewportEvent(e)
 
     # -- links ---------------------------------------------------------------------------------------------
     def _on_anchor(self, url: QUrl) -> None:
@@ -691,65 +575,7 @@ class ChatView(QTextBrowser):
         if answer == QMessageBox.StandardButton.Yes:
             QDesktopServices.openUrl(url)
 
-    def copy_message(self, message_id: int) -> None:
-        """The message's own text: no rejected drafts, no notes, no ⏎ glyphs."""
-        s = self._by_id.get(message_id)
-        if s is not None:
-            QGuiApplication.clipboard().setText(s.message.text)
-            self.copied.emit("message")
-
-    def copy_code(self, message_id: int, index: int) -> None:
-        """The source text of a message's index-th code block."""
-        s = self._by_id.get(message_id)
-        if s is None:
-            return
-        m = s.message
-        source, ends = message_source(m)
-        parts = parts_of(m, source, ends)
-        if index >= THINKING_CODE:  # a code block of the reply's thinking
-            thinking = source[slice(*parts.thinking)] if parts.thinking is not None else m.thinking
-            codes, index = code_sources(thinking), index - THINKING_CODE
-        else:
-            codes = code_sources(source[parts.answer:])
-        if 0 <= index < len(codes):
-            QGuiApplication.clipboard().setText(codes[index])
-            self.copied.emit("code")
-
     # -- a message's actions as a menu -------------------------------------------------------------------------
-    def message_links(self, message_id: int) -> list[tuple[str, str, str]]:
-        """The app links a shown message offers, in document order: (words, href, tooltip). Read from the
-        document, so a menu lists exactly the links the message shows."""
-        s = self._by_id.get(message_id)
-        if s is None:
-            return []
-        k = self._shown.index(s)
-        doc = self.document()
-        end = self._shown[k + 1].start if k + 1 < len(self._shown) else doc.characterCount()
-        out: list[tuple[str, str, str]] = []
-        codes = 0
-        block = doc.findBlock(s.start)
-        while block.isValid() and block.position() < end:
-            it = block.begin()
-            while not it.atEnd():
-                frag = it.fragment()
-                fmt = frag.charFormat()
-                link = app_links.parse(fmt.anchorHref()) if fmt.isAnchor() else None
-                if link is not None and s.start <= frag.position() < end:
-                    href = fmt.anchorHref()
-                    if out and out[-1][1] == href:  # one link split over two formats
-                        out[-1] = (out[-1][0] + frag.text(), href, out[-1][2])
-                    else:
-                        words = frag.text()
-                        if link[0] is LinkKind.COPY_CODE:
-                            codes += 1
-                            words = f"Copy code block {codes}"
-                        elif words in ("‹", "›"):
-                            words = fmt.toolTip() or words
-                        out.append((words, href, fmt.toolTip()))
-                it += 1
-            block = block.next()
-        return out
-
     def show_actions_menu(self, at: QPoint | None = None) -> QMenu | None:
         """A menu of the actions of the message at the text cursor (or at `at`, a viewport point), shown
         there; also Copy and Select all. None when no message is shown."""
@@ -784,78 +610,8 @@ class ChatView(QTextBrowser):
 
     # -- keyboard ----------------------------------------------------------------------------------------------
     def keyPressEvent(self, e: QKeyEvent) -> None:
-        if e.modifiers() == Qt.KeyboardModifier.ControlModifier and e.key() in (Qt.Key.Key_Up, Qt.Key.Key_Down):
-            self.go_to_message(-1 if e.key() == Qt.Key.Key_Up else 1)
-            return
         self._by_key = True  # a link Enter opens keeps the keyboard's place (toggle_thinking)
         try:
-            super().keyPressEvent(e)
+            super().keyPressEvent(e)  # ViewNavigation's first: Ctrl+Up / Ctrl+Down move between messages
         finally:
             self._by_key = False
-
-    def go_to_message(self, step: int) -> Message | None:
-        """Moves the text cursor to the previous (-1) or next (+1) message's header and scrolls it to the top."""
-        pos = self.textCursor().position()
-        k = self._shown_index(pos)
-        if step < 0:
-            target = k if k >= 0 and pos > self._shown[k].start else k - 1
-            if target < 0 and self._pending:
-                self.finish_rendering()
-                k = self._shown_index(self.textCursor().position())
-                target = k - 1
-        else:
-            target = k + 1
-        if not 0 <= target < len(self._shown):
-            return None
-        s = self._shown[target]
-        self._scroll_to_position(s.start, select_word=True)
-        return s.message
-
-    def _scroll_to_position(self, position: int, select_word: bool = False) -> None:
-        """`select_word`: select the word there (a message header's first), the cursor at its start: it shows
-        where the keyboard is, and Tab then moves to the next link after it (from no selection, Qt's Tab
-        starts at the top of the document)."""
-        cur = QTextCursor(self.document())
-        cur.setPosition(position)
-        if select_word:
-            cur.movePosition(QTextCursor.MoveOperation.EndOfWord)
-            cur.setPosition(position, QTextCursor.MoveMode.KeepAnchor)
-        self.setTextCursor(cur)
-        self.ensureCursorVisible()
-        sb = self.verticalScrollBar()
-        sb.setValue(sb.value() + self.cursorRect(cur).top() - 6)
-
-    # -- scrolling -----------------------------------------------------------------------------------------------
-    def _at_bottom(self) -> bool:
-        sb = self.verticalScrollBar()
-        return sb.value() >= sb.maximum() - 8
-
-    def _scroll_to_end(self) -> None:
-        sb = self.verticalScrollBar()
-        sb.setValue(sb.maximum())
-
-    def _top_position(self) -> tuple[int, int]:
-        c = self.cursorForPosition(QPoint(4, 4))
-        return c.position(), self.cursorRect(c).top()
-
-    def _top_message(self) -> tuple[int, int] | None:
-        """(message id, viewport y of its header) of the message at the top of the view."""
-        pos, _y = self._top_position()
-        k = self._shown_index(pos)
-        if k < 0:
-            return None
-        s = self._shown[k]
-        c = QTextCursor(self.document())
-        c.setPosition(s.start)
-        return s.message.id, self.cursorRect(c).top()
-
-    def _scroll_to_message(self, message_id: int, y: int) -> None:
-        while message_id not in self._by_id and self._pending:
-            self._render_pending()
-        s = self._by_id.get(message_id)
-        if s is None:
-            return
-        c = QTextCursor(self.document())
-        c.setPosition(s.start)
-        sb = self.verticalScrollBar()
-        sb.setValue(sb.value() + self.cursorRect(c).top() - y)

@@ -38,7 +38,7 @@ from app.control.replies import CompareRuns, Replies, ReplyHandler, generation_s
 from app.control.tasks import Task
 from app.core.errors import Level, Notice
 from app.core.settings import AppSettings
-from app.core.worker import EngineWorker
+from app.core.engine_thread.worker import EngineWorker
 from app.history.records import Conversation, Message, Role
 from app.history.store import ChatStore, StoreMode
 
@@ -85,7 +85,7 @@ class ChatController(QObject):
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
         # The models are freed on the engine thread as it ends (or left to the system when the process
-        # ends with the window: app.core.worker.leave_models_at_exit): freeing a pair takes about half
+        # ends with the window: app.core.engine_thread.worker.leave_models_at_exit): freeing a pair takes about half
         # a second, which closing the window should not wait for.
         self.thread.finished.connect(self.worker.release, Qt.ConnectionType.DirectConnection)
         self.conversations = Conversations(store, live=lambda: self.replies.chat_reply, parent=self)

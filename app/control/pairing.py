@@ -25,7 +25,7 @@ from app.control.tasks import Task, TaskState
 from app.core.background import disconnect_all, run_in_background
 from app.core.errors import Action, Level, Notice, explain
 from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE, AppSettings, drafter_model, with_lookup
-from app.core.worker import EngineWorker, LoadedInfo, LoadRequest
+from app.core.engine_thread.worker import EngineWorker, LoadedInfo, LoadRequest
 
 
 def drafter_label(drafter: str) -> str:

@@ -1,7 +1,7 @@
 """Drafting from past chats, on the GUI thread: the person's toggle and Forget go to the engine thread,
 what the index holds comes back (notes about its files become notices).
 
-The index itself lives on the engine thread (app.core.past_chats_index): only that thread may
+The index itself lives on the engine thread (app.core.engine_thread.past_chats_index): only that thread may
 touch it, and requests queue behind a running reply, so a reply is counted before a Forget
 that was asked for while it ran.
 """
@@ -12,9 +12,9 @@ from PySide6.QtCore import QObject, Signal
 from app.control.preferences import Preferences
 from app.core.background import disconnect_all
 from app.core.errors import Level, Notice
-from app.core.past_chats_index import PastChatsChoice, PastChatsStatus
+from app.core.engine_thread.past_chats_index import PastChatsChoice, PastChatsStatus
 from app.core.settings import AppSettings
-from app.core.worker import EngineWorker
+from app.core.engine_thread.worker import EngineWorker
 
 
 def choice_of(s: AppSettings) -> PastChatsChoice:

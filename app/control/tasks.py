@@ -1,9 +1,10 @@
 """Long model jobs (downloads, installing the default pair, importing a file) on their own threads.
 
-A Task outlives the dialog that started it (the controller keeps them), so closing the Models
-dialog does not cut a download; reopening it shows the progress again. Each job gets a
-`report(what, fraction, detail)` callable and a cancel Event; progress reaches the GUI thread as
-queued signals, at most a few per second.
+A Task is the app's one worker type (app.core.background.Worker) with progress and a state. It
+outlives the dialog that started it (the controller keeps them), so closing the Models dialog does
+not cut a download; reopening it shows the progress again. Each job gets a
+`report(what, fraction, detail)` callable and the worker's cancel Event; progress reaches the GUI
+thread as queued signals, at most a few per second.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
+
+from app.core.background import Worker
 
 
 class TaskState(str, Enum):
@@ -41,8 +44,8 @@ class Progress:
 Report = Callable[[str, float | None, str], None]
 
 
-class Task(QObject):
-    """One job; `key` names it (e.g. 'download:qwen2.5-coder-1.5b')."""
+class Task(Worker):
+    """One job; `key` names it (e.g. 'download:qwen2.5-coder-1.5b'). `cancel` (the worker's) asks it to stop."""
 
     sig_progress = Signal(object)
     """A Progress report."""
@@ -51,24 +54,18 @@ class Task(QObject):
 
     def __init__(self, key: str, title: str, job: Callable[[Report, threading.Event], Any],
                  cancelled_types: tuple[type[BaseException], ...] = ()) -> None:
-        super().__init__()
+        super().__init__(lambda: job(self._report, self.cancel), name=f"task-{key}")
         self.key, self.title = key, title
-        self.cancel = threading.Event()
         self.state = TaskState.RUNNING
         self.result: Any = None
         self.error: BaseException | None = None
         self.last: Progress | None = None
         self.use_pair = False
         """When the job yields a (target, drafter) pair: make it the current pair once done."""
-        self._job = job
         self._cancelled_types = cancelled_types
         self._last_emit = 0.0
         self._last_fraction = -1.0
         self._last_what = ""
-        self._thread = threading.Thread(target=self._run, name=f"task-{key}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def _report(self, what: str, fraction: float | None, detail: str = "") -> None:
         now = time.monotonic()
@@ -80,19 +77,16 @@ class Task(QObject):
         self.last = Progress(what, fraction, detail)
         self.sig_progress.emit(self.last)
 
-    def _run(self) -> None:
-        try:
-            self.result = self._job(self._report, self.cancel)
-            self.state = TaskState.DONE
-        except BaseException as exc:  # noqa: BLE001 - reported to the window
-            self.error = exc
-            cancelled = self.cancel.is_set() or isinstance(exc, self._cancelled_types)
+    def _ended(self, value: Any, error: BaseException | None) -> None:
+        # On the task's thread: the state is set before anyone hears that it ended.
+        if error is None:
+            self.result, self.state = value, TaskState.DONE
+        else:
+            self.error = error
+            cancelled = self.cancel.is_set() or isinstance(error, self._cancelled_types)
             self.state = TaskState.CANCELLED if cancelled else TaskState.FAILED
+        super()._ended(value, error)
         self.sig_finished.emit(self)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
 
 def rate_detail(done: int, total: int | None, bytes_per_s: float) -> str:

@@ -1,1 +1,2 @@
-"""What everything else in the window builds on: settings, theme, notices, background work, the engine thread."""
+"""What everything else in the window builds on: settings, theme, notices, files set aside, background work
+(one Worker type), and the engine thread (engine_thread/)."""

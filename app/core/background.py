@@ -1,39 +1,84 @@
-"""Run a plain function on Qt's thread pool and hear back on the GUI thread.
+"""Background work: the one worker type of the app, and a short way to run a plain function with it.
 
-For short jobs that must not block the window (reading model headers, checking pairs). The
-engine thread is kept for the session; downloads have their own threads (models dialog).
+A Worker runs one function on a thread of its own and hands its outcome to the GUI thread, as superqt's
+`create_worker` / `FunctionWorker` do (a small type here rather than a new dependency): `returned` and
+`errored` are emitted from the worker's thread and queued by Qt to the Worker, which lives on the GUI
+thread; `cancel` is the abort flag, set directly from the GUI thread (the worker is busy, a queued slot
+would wait). Short jobs that must not block the window (reading model headers, checking pairs) use
+`run_in_background`; long model jobs (downloads, imports) are Workers with progress
+(app.control.tasks.Task). The engine thread is apart and ordered (app.core.engine_thread).
+
+Threads are daemons: closing the window never waits for a job; a job's late answer to a closed widget is
+dropped.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 
-class _Relay(QObject):
-    done = Signal(object)
-    """The function returned this value."""
-    failed = Signal(object)
-    """The function raised this exception."""
+class Worker(QObject):
+    """`fn()` on a thread of its own; what it returns or raises reaches the GUI thread.
 
-    def __init__(self, on_done, on_failed) -> None:
+    Create it on the GUI thread. `on_done(value)` / `on_failed(exc)`, when given, are called there;
+    `returned` / `errored` can be connected as well."""
+
+    returned = Signal(object)
+    """The function returned this value (emitted from the worker's thread)."""
+    errored = Signal(object)
+    """The function raised this exception (emitted from the worker's thread)."""
+
+    def __init__(self, fn: Callable[[], Any], name: str = "worker",
+                 on_done: Callable[[Any], None] | None = None,
+                 on_failed: Callable[[BaseException], None] | None = None) -> None:
         super().__init__()
-        self.on_done, self.on_failed = on_done, on_failed
-        # Slots of an object on the GUI thread: Qt queues the pool thread's emits to it.
-        self.done.connect(self._done)
-        self.failed.connect(self._failed)
+        self.cancel = threading.Event()
+        """Set from the GUI thread to ask the function to stop (it reads it between steps)."""
+        self._fn = fn
+        self._on_done, self._on_failed = on_done, on_failed
+        # Slots of an object on the GUI thread: Qt queues the worker thread's emits to them.
+        self.returned.connect(self._deliver_value)
+        self.errored.connect(self._deliver_error)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        _alive.add(self)  # nobody else may hold it (run_in_background): kept until its outcome is delivered
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the function to end, at most `timeout` seconds; True when it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread
+            self._ended(None, exc)
+        else:
+            self._ended(value, None)
+
+    def _ended(self, value: Any, error: BaseException | None) -> None:
+        """On the worker's thread, as the function ends (a subclass notes the outcome first)."""
+        if error is None:
+            self.returned.emit(value)
+        else:
+            self.errored.emit(error)
 
     @Slot(object)
-    def _done(self, value) -> None:
+    def _deliver_value(self, value) -> None:
         _alive.discard(self)
-        _call(self.on_done, value)
+        if self._on_done is not None:
+            _call(self._on_done, value)
 
     @Slot(object)
-    def _failed(self, exc) -> None:
+    def _deliver_error(self, error) -> None:
         _alive.discard(self)
-        if self.on_failed is not None:
-            _call(self.on_failed, exc)
+        if self._on_failed is not None:
+            _call(self._on_failed, error)
 
 
 def _call(callback, value) -> None:
@@ -45,29 +90,15 @@ def _call(callback, value) -> None:
             raise
 
 
-class _Job(QRunnable):
-    def __init__(self, fn: Callable[[], Any], relay: _Relay) -> None:
-        super().__init__()
-        self.fn, self.relay = fn, relay
-
-    def run(self) -> None:
-        try:
-            value = self.fn()
-        except Exception as exc:  # noqa: BLE001 - handed to the GUI thread
-            self.relay.failed.emit(exc)
-        else:
-            self.relay.done.emit(value)
-
-
-_alive: set[_Relay] = set()
+_alive: set[Worker] = set()
 
 
 def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
-                      on_failed: Callable[[BaseException], None] | None = None) -> None:
-    """Call `fn()` on a pool thread; `on_done(value)` or `on_failed(exc)` runs on the GUI thread."""
-    relay = _Relay(on_done, on_failed)  # created on the GUI thread
-    _alive.add(relay)
-    QThreadPool.globalInstance().start(_Job(fn, relay))
+                      on_failed: Callable[[BaseException], None] | None = None) -> Worker:
+    """Call `fn()` on a worker thread; `on_done(value)` or `on_failed(exc)` runs on the GUI thread."""
+    worker = Worker(fn, "background", on_done, on_failed)  # created on the GUI thread
+    worker.start()
+    return worker
 
 
 def disconnect_all(links) -> None:

@@ -10,12 +10,12 @@ import base64
 import json
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine import paths
+from app.core.files import set_aside
 from app.core.theme import Theme
 
 FILE_NAME = "settings.json"
@@ -173,18 +173,6 @@ def typed_changes(changes: dict[str, Any]) -> dict[str, Any]:
 
 def settings_path() -> Path:
     return paths.config_dir() / FILE_NAME
-
-
-def set_aside(path: Path) -> Path:
-    """Rename a damaged file to NAME.damaged-YYYYmmdd-HHMMSS and return the new path."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    dest = path.with_name(f"{path.name}.damaged-{stamp}")
-    n = 1
-    while dest.exists():
-        dest = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
-        n += 1
-    path.rename(dest)
-    return dest
 
 
 def load_settings(path: Path | None = None) -> tuple[AppSettings, str | None]:

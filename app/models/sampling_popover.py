@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.past_chats_index import PastChatsStatus
+from app.core.engine_thread.past_chats_index import PastChatsStatus
 from app.core.settings import AppSettings
 
 #: Caps offered for the index of past chats, in MB (the settings file may hold another: it is shown too).
