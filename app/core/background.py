@@ -9,10 +9,13 @@ would wait). Short jobs that must not block the window (reading model headers, c
 (app.control.tasks.Task). The engine thread is apart and ordered (app.core.engine_thread).
 
 Threads are daemons: closing the window never waits for a job; a job's late answer to a closed widget is
-dropped.
+dropped. Short jobs run at most a few at a time (as on a thread pool: attaching fifty files reads a few at
+once); a long job never holds up a short one.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -33,12 +36,15 @@ class Worker(QObject):
 
     def __init__(self, fn: Callable[[], Any], name: str = "worker",
                  on_done: Callable[[Any], None] | None = None,
-                 on_failed: Callable[[BaseException], None] | None = None) -> None:
+                 on_failed: Callable[[BaseException], None] | None = None,
+                 turns: threading.Semaphore | None = None) -> None:
+        """`turns`: shared with other workers, so that only so many run at once (None: this one is never held up)."""
         super().__init__()
         self.cancel = threading.Event()
         """Set from the GUI thread to ask the function to stop (it reads it between steps)."""
         self._fn = fn
         self._on_done, self._on_failed = on_done, on_failed
+        self._turns = turns
         # Slots of an object on the GUI thread: Qt queues the worker thread's emits to them.
         self.returned.connect(self._deliver_value)
         self.errored.connect(self._deliver_error)
@@ -54,12 +60,13 @@ class Worker(QObject):
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        try:
-            value = self._fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread
-            self._ended(None, exc)
-        else:
-            self._ended(value, None)
+        value, error = None, None
+        with self._turns or contextlib.nullcontext():
+            try:
+                value = self._fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread
+                error = exc
+        self._ended(value, error)
 
     def _ended(self, value: Any, error: BaseException | None) -> None:
         """On the worker's thread, as the function ends (a subclass notes the outcome first)."""
@@ -91,12 +98,14 @@ def _call(callback, value) -> None:
 
 
 _alive: set[Worker] = set()
+_SHORT_TURNS = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+"""Short jobs at once (Qt's global thread pool allowed as many)."""
 
 
 def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
                       on_failed: Callable[[BaseException], None] | None = None) -> Worker:
     """Call `fn()` on a worker thread; `on_done(value)` or `on_failed(exc)` runs on the GUI thread."""
-    worker = Worker(fn, "background", on_done, on_failed)  # created on the GUI thread
+    worker = Worker(fn, "background", on_done, on_failed, _SHORT_TURNS)  # created on the GUI thread
     worker.start()
     return worker
 
