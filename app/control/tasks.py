@@ -54,7 +54,7 @@ class Task(Worker):
 
     def __init__(self, key: str, title: str, job: Callable[[Report, threading.Event], Any],
                  cancelled_types: tuple[type[BaseException], ...] = ()) -> None:
-        super().__init__(lambda: job(self._report, self.cancel), name=f"task-{key}")
+        super().__init__(None, name=f"task-{key}")
         self.key, self.title = key, title
         self.state = TaskState.RUNNING
         self.result: Any = None
@@ -62,6 +62,7 @@ class Task(Worker):
         self.last: Progress | None = None
         self.use_pair = False
         """When the job yields a (target, drafter) pair: make it the current pair once done."""
+        self._job = job
         self._cancelled_types = cancelled_types
         self._last_emit = 0.0
         self._last_fraction = -1.0
@@ -76,6 +77,9 @@ class Task(Worker):
         self._last_fraction = fraction if fraction is not None else self._last_fraction
         self.last = Progress(what, fraction, detail)
         self.sig_progress.emit(self.last)
+
+    def work(self) -> Any:
+        return self._job(self._report, self.cancel)
 
     def _ended(self, value: Any, error: BaseException | None) -> None:
         # On the task's thread: the state is set before anyone hears that it ended.

@@ -34,7 +34,7 @@ class Worker(QObject):
     errored = Signal(object)
     """The function raised this exception (emitted from the worker's thread)."""
 
-    def __init__(self, fn: Callable[[], Any], name: str = "worker",
+    def __init__(self, fn: Callable[[], Any] | None, name: str = "worker",
                  on_done: Callable[[Any], None] | None = None,
                  on_failed: Callable[[BaseException], None] | None = None,
                  turns: threading.Semaphore | None = None) -> None:
@@ -48,14 +48,18 @@ class Worker(QObject):
         # Slots of an object on the GUI thread: Qt queues the worker thread's emits to them.
         self.returned.connect(self._deliver_value)
         self.errored.connect(self._deliver_error)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._name = name
+        self._thread: threading.Thread | None = None  # made on start: until then nothing holds this worker but its owner
 
     def start(self) -> None:
         _alive.add(self)  # nobody else may hold it (run_in_background): kept until its outcome is delivered
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the function to end, at most `timeout` seconds; True when it has."""
+        """Wait for the function to end, at most `timeout` seconds; True when it has (or never started)."""
+        if self._thread is None:
+            return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -63,10 +67,16 @@ class Worker(QObject):
         value, error = None, None
         with self._turns or contextlib.nullcontext():
             try:
-                value = self._fn()
+                value = self.work()
             except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread
                 error = exc
         self._ended(value, error)
+
+    def work(self) -> Any:
+        """What runs on the worker's thread: `fn()` (a subclass may do more, without a closure over itself,
+        which would keep the QObject for the cyclic collector to free on whatever thread it runs)."""
+        assert self._fn is not None
+        return self._fn()
 
     def _ended(self, value: Any, error: BaseException | None) -> None:
         """On the worker's thread, as the function ends (a subclass notes the outcome first)."""
@@ -77,15 +87,21 @@ class Worker(QObject):
 
     @Slot(object)
     def _deliver_value(self, value) -> None:
-        _alive.discard(self)
+        self._let_go()
         if self._on_done is not None:
             _call(self._on_done, value)
 
     @Slot(object)
     def _deliver_error(self, error) -> None:
-        _alive.discard(self)
+        self._let_go()
         if self._on_failed is not None:
             _call(self._on_failed, error)
+
+    def _let_go(self) -> None:
+        # The thread is past its emit (a few lines from its end): once it has ended, nothing on it holds this
+        # QObject, so the last reference goes here, on the GUI thread, where a QObject must be deleted.
+        self.wait()
+        _alive.discard(self)
 
 
 def _call(callback, value) -> None:
