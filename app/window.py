@@ -49,6 +49,7 @@ from app.shell.fold import FoldingPane
 from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
+from app.core.window_fit import fit_to_screen
 from app.shell.window_commands import WindowCommands
 
 
@@ -175,6 +176,7 @@ class MainWindow(QMainWindow):
         s = self.controller.settings
         if s.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode("ascii")))
+            fit_to_screen(self)  # saved on a bigger screen
         if s.window_splitter:
             self.split.restoreState(QByteArray.fromBase64(s.window_splitter.encode("ascii")))
 
