@@ -119,6 +119,8 @@ def round_from_dict(d: dict[str, Any]) -> RoundEvent:
         kw[k] = tuple(kw.get(k, ()))
     kw["certainty"] = _certainty(kw.get("certainty"))
     totals = kw.get("totals")
+    if totals is not None and not isinstance(totals, dict):
+        raise ValueError("a round's totals must be an object")
     kw["totals"] = RoundTotals.from_dict(totals) if totals else None  # None: stored before rounds carried them
     return RoundEvent(**kw)
 
