@@ -10,8 +10,8 @@ Each concern is its own part, with its own state and signals:
 - `past_chats` (past_chats.py): drafting from past chats (opt-in) and forgetting them.
 
 The parts depend one way (replies use conversations and pairing; nothing uses replies), and the
-two links that point back (pairing stops running work to switch models; conversations keep the
-live reply's Message) are callbacks wired here. A change to loading touches pairing.py only, a
+two links that point back (pairing stops running work to switch models; conversations read the
+live reply's Message as one already in memory) are callbacks wired here. A change to loading touches pairing.py only, a
 change to alternatives conversations.py and the store.
 
 Why a facade and not the parts handed to the widgets: a dialog takes one reference and does not

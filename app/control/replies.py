@@ -56,7 +56,7 @@ REPLAYED = ("target", "drafter", "draft_max", "temperature", "top_k", "top_p", "
 
 
 class ReplyHandler(Protocol):
-    """Whoever asked for a reply: the chat, or the compare dialog."""
+    """Where a request's events go: a StreamingReply (the chat's reply, or one of Compare's two runs)."""
 
     def on_events(self, events: list) -> None: ...
     def on_failed(self, exc: BaseException) -> None: ...
