@@ -191,3 +191,13 @@ def test_one_throttle_spaces_its_ticks_by_what_they_cost(qtbot):
     t0 = time.perf_counter()
     qtbot.waitUntil(lambda: len(handler.batches) == 2, timeout=2000)
     assert time.perf_counter() - t0 >= 0.1
+
+
+def test_rounds_stored_before_they_carried_totals_are_given_them_once_as_they_load():
+    store = ChatStore()
+    conv, _user, message = new_reply(store)
+    events = part(["a", "b", "c", "d", "e", "f"])
+    legacy = [dataclasses.replace(e, totals=None) for e in events if isinstance(e, RoundEvent)]
+    store.append(message.id, legacy, [e for e in events if isinstance(e, TokenEvent)])
+    got = ChatStore().messages(conv)[1].rounds
+    assert list(got.values()) == [e for e in events if isinstance(e, RoundEvent)]
