@@ -74,7 +74,8 @@ def test_each_batch_is_committed_before_it_is_announced_and_folded_once(qtbot):
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     assert list(live.message.rounds.values()) == rounds and len(live.message.tokens) == 6
     # The running numbers are the engine's totals as they came, never counted again.
-    assert snaps[0].rounds == 2 and snaps[0].tokens == 4 and snaps[0].by_position == rounds[1].totals.acceptance_by_position
+    assert snaps[0].rounds == 2 and snaps[0].tokens == 4
+    assert snaps[0].by_position == rounds[1].totals.acceptance_by_position
     assert snaps[-1].finished and ended == [live]
     assert live.message.finish_reason == FinishReason.STOP and live.message.content == done.text
     again = ChatStore().messages(conv)[1]

@@ -12,8 +12,9 @@ markdown_spans parses (markdown-it-py, Pygments); reply_document writes with sha
 message_frame writes headers and footers; live_reply keeps a streaming reply, re-rendered only from
 the start of its last top-level block (in a long open code fence, from a line where lexing can
 restart), each time the reply says it changed (app.control.streaming_reply; how often is the one
-throttle's, in app.control.replies, which spaces its ticks by what they cost). Opening a long chat renders the last messages at
-once and the older ones above them in slices of ~10-30 ms, so the event loop never waits long;
+throttle's, in app.control.replies, which spaces its ticks by what they cost). Opening a long chat
+renders the last messages at once and the older ones above them in slices of ~10-30 ms, so the
+event loop never waits long;
 parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
