@@ -36,6 +36,7 @@ from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.chat.conversation_list import ConversationList
+from app.control.streaming_reply import StreamingReply, stats_title
 from app.core import slot_errors
 from app.core.errors import Action, Level, Notice
 from app.history.export import write_markdown, write_trace
@@ -45,10 +46,12 @@ from app.chat.legend import Legend
 from app.models.model_bar import ModelBar
 from app.notice_bar import NoticeBar
 from app.history.records import Role
+from app.history.reply_stats import StatsSnapshot
 from app.shell.fold import FoldingPane
 from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
+from app.core.window_fit import fit_to_screen
 from app.shell.window_commands import WindowCommands
 
 
@@ -175,6 +178,7 @@ class MainWindow(QMainWindow):
         s = self.controller.settings
         if s.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode("ascii")))
+            fit_to_screen(self)  # saved on a bigger screen
         if s.window_splitter:
             self.split.restoreState(QByteArray.fromBase64(s.window_splitter.encode("ascii")))
 
@@ -190,7 +194,7 @@ class MainWindow(QMainWindow):
         c.sig_conversations.connect(self.conversations.set_conversations)
         c.sig_messages.connect(self.chat.show_messages)
         c.sig_message_added.connect(self.chat.append_message)
-        c.sig_tokens.connect(self.chat.append_tokens)
+        c.sig_reply_started.connect(self._follow_reply)
         c.sig_reply_finished.connect(self.chat.finish_reply)
         c.sig_stats.connect(self.stats.show_snapshot)
         c.sig_busy.connect(self._busy)
@@ -236,7 +240,7 @@ class MainWindow(QMainWindow):
             f"Not opened: {url[:80]} (links in messages open only as http, https or mailto).", 5000))
         self.stats_pane.sig_fold_requested.connect(lambda fold: c.update_settings(stats_folded=fold))
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
-        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded, c.sig_message_added, c.sig_tokens):
+        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded, c.sig_message_added):
             sig.connect(self._show_context)
         self.commands.connect_to(self)
 
@@ -260,6 +264,17 @@ class MainWindow(QMainWindow):
         if self.controller.settings.theme == Theme.SYSTEM:
             self._theme = None
             self._apply_settings(self.controller.settings)
+
+    def _follow_reply(self, reply: StreamingReply) -> None:
+        """A chat reply started: the chat view, the stats panel and the context meter observe it."""
+        reply.changed.connect(self.chat.reply_changed)
+        reply.changed.connect(self._show_context)
+        reply.stats_changed.connect(self._reply_stats)
+
+    def _reply_stats(self, snapshot: StatsSnapshot) -> None:
+        live = self.controller.chat_reply
+        if live is not None and self.controller.showing(live):  # its chat is the open one
+            self.stats.show_snapshot(snapshot, stats_title(snapshot))
 
     def _show_context(self, *_args) -> None:
         loaded = self.controller.loaded

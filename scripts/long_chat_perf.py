@@ -291,8 +291,6 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     view._render_live = timed_redraw
-    view._live_timer.timeout.disconnect()
-    view._live_timer.timeout.connect(timed_redraw)
     replay(app, view, args, stall_while)
     print(f"  the view's longest redraw of the streaming reply: {max(redraws, default=0) * 1000:.0f} ms "
           f"(CPU {max(redraws_cpu, default=0) * 1000:.0f} ms; {len(redraws)} redraws)")
@@ -348,7 +346,7 @@ def replay(app, view, args, stall_while) -> None:
             if r.round not in reply.rounds and any(t.round == r.round for t in batch):
                 reply.rounds[r.round] = r
         reply.tokens.extend(batch)
-        view.append_tokens(reply, batch)
+        view.reply_changed(reply.id, i)
         if state["i"] >= len(tokens):
             timer.stop()
             reply.content, reply.finish_reason = text, FinishReason.STOP

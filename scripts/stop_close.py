@@ -85,8 +85,8 @@ def child(after: int) -> int:
         w.input.setPlainText(text)
         QTest.keyClick(w.input, Qt.Key.Key_Return)
 
-    def on_tokens(_m, tokens) -> None:
-        state["shown"] += len(tokens)
+    def on_tokens(_message_id, _from_token) -> None:
+        state["shown"] = len(window().controller.chat_reply.message.tokens)
         w = window()
         if state["shown"] < after:
             return
@@ -132,7 +132,7 @@ def child(after: int) -> int:
         if os.environ.get("STOP_CLOSE_PROFILE"):
             _time_steps(w, say)
         w.controller.worker.sig_event.connect(on_engine_event, Qt.ConnectionType.DirectConnection)
-        w.controller.sig_tokens.connect(on_tokens)
+        w.controller.sig_reply_started.connect(lambda r: r.changed.connect(on_tokens))
         w.chat.document().contentsChanged.connect(on_document_changed)
         w.controller.sig_reply_finished.connect(lambda _m: on_document_changed())
         say(loaded=True)

@@ -60,7 +60,8 @@ def chat(window) -> None:
 
     c.sig_loaded.connect(loaded)
     c.sig_message_added.connect(lambda m: say("added", m.id, m.role.value, json.dumps(m.content)))
-    c.sig_tokens.connect(lambda m, _tokens: say("shown", m.id, len(m.tokens)))
+    c.sig_reply_started.connect(
+        lambda r: r.changed.connect(lambda mid, _start: say("shown", mid, len(r.message.tokens))))
 
     def finished(m) -> None:
         say("finished", m.id, m.finish_reason.value, json.dumps(m.text))

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -306,6 +307,33 @@ def test_geometry_and_pane_widths_survive_a_restart(tmp_path, isolated_home):
     saved = json.loads(settings_path().read_text())
     assert saved["window_geometry"] and saved["window_splitter"]
     assert run_app(screen, "look") == changed
+
+
+def test_a_size_saved_on_a_big_screen_fits_a_small_one_under_x11(tmp_path, isolated_home):
+    """On X11 without a window manager Qt keeps a restored size as it was: a 1280x800 window on an
+    800x600 screen had its right edge, and its Send button, past the screen."""
+    screen = tmp_path / "screen.json"
+    screen.write_text(json.dumps({"screens": [{"name": "big", "x": 0, "y": 0, "width": 1920, "height": 1200,
+                                               "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}))
+    assert run_app(screen, "look")["size"] == [1280, 800]  # saved at close
+    xvfb = shutil.which("Xvfb")
+    assert xvfb, "Xvfb is needed (apt-get install xvfb): the README names it"
+    read, write = os.pipe()
+    server = subprocess.Popen([xvfb, "-displayfd", str(write), "-screen", "0", "800x600x24", "-nolisten", "tcp"],
+                              pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    try:
+        display = os.read(read, 16).decode().strip()
+        env = dict(os.environ, QT_QPA_PLATFORM="xcb", DISPLAY=f":{display}")
+        done = subprocess.run([sys.executable, "-c", RESTART, "look"], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=Path(__file__).parent.parent)
+    finally:
+        os.close(read)
+        server.terminate()
+        server.wait(10)
+    assert done.returncode == 0, done.stderr
+    width, height = json.loads(done.stdout.strip().splitlines()[-1])["size"]
+    assert 0 < width <= 800 and 0 < height <= 600
 
 
 def test_a_damaged_saved_geometry_is_ignored(qtbot, tiny, isolated_home):

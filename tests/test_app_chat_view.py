@@ -301,8 +301,8 @@ def test_streaming_shows_the_same_as_the_finished_reply(qtbot):
     for start in range(0, len(all_tokens), 3):
         batch = all_tokens[start:start + 3]
         live.tokens.extend(batch)
-        v.append_tokens(live, batch)
-        qtbot.waitUntil(lambda: v.complete, timeout=2000)  # redrawn on its timer, no later than a moment
+        v.reply_changed(live.id, start)
+        qtbot.waitUntil(lambda: v.complete, timeout=2000)  # drawn as it is announced
         if start == 18:  # tokens 0-20, mid-fence: the code so far, the fence line hidden already
             assert merged(v) == SHOWN[:SHOWN.index((" b", 20)) + 1] and "```" not in v.toPlainText()
     live.content, live.finish_reason, live.stats = TEXT, FinishReason.STOP, stats(len(all_tokens))
@@ -325,7 +325,7 @@ def test_a_long_open_fence_streams_in_with_the_colours_of_a_whole_render(qtbot):
     for start in range(0, len(all_tokens), 7):
         batch = all_tokens[start:start + 7]
         live.tokens.extend(batch)
-        v.append_tokens(live, batch)
+        v.reply_changed(live.id, start)
         v.finish_rendering()
     ref = make_view(qtbot, ViewOptions(highlight=False))
     ref.show_messages([reply(pieces, finish=None)])

@@ -315,7 +315,7 @@ def test_a_file_that_is_not_a_chat_export_is_refused_and_nothing_is_imported(qtb
 
 def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
     from app.history.reply_stats import joined_stats
-    from engine.decoding.events import RoundEvent, Stats
+    from engine.decoding.events import RoundEvent, Stats, with_totals
 
     def part(tokens, rounds, drafted, accepted, tps, plain, modes, **kw):
         base = dict(tokens=tokens, rounds=rounds, drafted=drafted, accepted=accepted, acceptance_rate=0.0,
@@ -335,7 +335,7 @@ def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
     then = part(10, 4, 8, 6, 10.0, 5.0, {"lookup": 3, "none": 1}, prompt_tokens=52, prompt_tokens_reused=51,
                 itl_p95_s=0.5, note="dropped the 2 oldest messages to fit the context")
     rounds = [rnd(1, [1, 2], 1), rnd(2, [1, 2], 2), rnd(3, [], 0), rnd(4, [5, 6, 7, 8], 0)]
-    s = joined_stats(first, then, rounds)
+    s = joined_stats(first, then, with_totals(rounds)[-1].totals)
     assert (s.tokens, s.rounds, s.drafted, s.accepted, s.target_passes) == (20, 10, 14, 9, 10)
     assert s.acceptance_rate == 9 / 14 and s.mean_accepted_per_round == 9 / 6 and s.tokens_per_round == 2.0
     assert s.tokens_per_s == pytest.approx(20 / 3) and s.estimated_plain_tokens_per_s == pytest.approx(20 / 4.5)

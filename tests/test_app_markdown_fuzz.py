@@ -37,7 +37,7 @@ def test_the_live_view_survives_any_reply_and_ends_as_a_fresh_render(qtbot, piec
     for start in range(0, len(all_tokens), step):
         batch = all_tokens[start:start + step]
         live.tokens.extend(batch)
-        v.append_tokens(live, batch)
+        v.reply_changed(live.id, start)
         v.finish_rendering()
     live.content, live.finish_reason, live.stats = "".join(pieces), FinishReason.STOP, stats(len(all_tokens))
     v.finish_reply(live)
@@ -53,9 +53,9 @@ def test_deep_quotes_stream_in_and_the_footer_is_written(qtbot):
     live = reply(pieces, finish=None)
     all_tokens, live.tokens = live.tokens, []
     v.show_messages([user(), live])
-    for t in all_tokens:
+    for i, t in enumerate(all_tokens):
         live.tokens.append(t)
-        v.append_tokens(live, [t])
+        v.reply_changed(live.id, i)
         v.finish_rendering()
     live.content, live.finish_reason, live.stats = "".join(pieces), FinishReason.STOP, stats(len(all_tokens))
     v.finish_reply(live)

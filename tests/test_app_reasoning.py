@@ -239,7 +239,7 @@ def test_a_streaming_reply_that_thinks_ends_as_a_fresh_render_whatever_its_chunk
     v.show_messages([user(), live])
     for i, t in enumerate(all_tokens):
         live.tokens.append(t)
-        v.append_tokens(live, [t])
+        v.reply_changed(live.id, i)
         if i == open_at:
             v.toggle_thinking(live.id)
         v.finish_rendering()

@@ -44,8 +44,9 @@ def test_the_context_meter_counts_a_reply_while_it_streams(qtbot, tiny, isolated
     gate, hold = hold_after_first_token(w)
     try:
         w.input.setPlainText(PROMPT)
-        with qtbot.waitSignal(w.controller.sig_tokens, timeout=REPLY_TIMEOUT_MS):
-            qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.controller.chat_reply is not None and bool(w.controller.chat_reply.message.tokens),
+                        timeout=REPLY_TIMEOUT_MS)  # the first token shown (it is announced as it is added)
         # The question (about 4 characters a token) and the reply's first token, marked as an estimate.
         question = -(-len(PROMPT) // 4)
         assert w.context_meter.label.text() == f"context ≈{question + 1} / 4k"
@@ -274,7 +275,7 @@ def test_a_table_streams_in_as_a_table_never_as_raw_pipes(qtbot):
     seen = []
     for i, t in enumerate(tokens):
         live.tokens.append(t)
-        v.append_tokens(live, [t])
+        v.reply_changed(live.id, i)
         qtbot.waitUntil(lambda: v.complete, timeout=2000)
         text = v.toPlainText()
         seen.append(text)

@@ -45,6 +45,19 @@ def test_live_stats_agree_with_the_engine_totals(events):
     assert live.snapshot().finished and live.snapshot().tokens_per_s == st.tokens_per_s
 
 
+def test_each_round_carries_the_running_totals_the_stats_end_with(events):
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    done = events[-1]
+    totals = [r.totals for r in rounds]
+    assert [t.rounds for t in totals] == list(range(1, len(rounds) + 1))
+    tokens = [sum(r.emitted for r in rounds[: i + 1]) for i in range(len(rounds))]
+    assert [t.tokens for t in totals] == tokens  # after each round, what it and those before emitted
+    last, st = totals[-1], done.stats
+    assert (last.tokens, last.rounds, last.drafted, last.accepted) == (st.tokens, st.rounds, st.drafted, st.accepted)
+    assert last.acceptance_by_position == st.acceptance_by_position and last.by_drafter == st.rounds_by_drafter
+    assert (last.draft_s, last.verify_s) == (st.draft_s, st.verify_s)
+
+
 def test_verdict_in_words():
     base = ReplyStats(auto=False)
     assert "Waiting" in verdict(base.snapshot())

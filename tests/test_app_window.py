@@ -39,8 +39,9 @@ def style(fmt: QTextCharFormat) -> dict:
 def test_reply_streams_in_with_a_style_per_token_source(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
     w = open_window(qtbot)
-    batches = []
-    w.controller.sig_tokens.connect(lambda m, tokens: batches.append(len(tokens)))
+    spans = []  # (first new token, tokens then) per announcement of the streaming reply
+    w.controller.sig_reply_started.connect(
+        lambda r: r.changed.connect(lambda _mid, start: spans.append((start, len(r.message.tokens)))))
     reply = send(qtbot, w)
 
     frags = list(w.chat.token_fragments())
@@ -65,7 +66,9 @@ def test_reply_streams_in_with_a_style_per_token_source(qtbot, tiny, isolated_ho
         s = style(mark_format(m, LIGHT_COLOURS))
         cues.add((s["background"] is not None, s["weight"], s["italic"], s["underline"], s["strike"]))
     assert len(cues) == len(Mark)
-    assert sum(batches) == len(reply.tokens)
+    # Every token announced once, in order: each announcement starts where the last one ended.
+    assert spans and spans[0][0] == 0 and spans[-1][1] == len(reply.tokens)
+    assert all(start == end for (_, end), (start, _) in zip(spans, spans[1:]))
     # The stats panel shows the finished reply's numbers and a verdict in words.
     snap = w.stats.snapshot
     assert snap.finished and snap.tokens == len(reply.tokens) and snap.rounds == len(reply.rounds)

@@ -11,8 +11,10 @@ document, rather than a character format per token, so formats stay few and shar
 markdown_spans parses (markdown-it-py, Pygments); reply_document writes with shared formats;
 message_frame writes headers and footers; live_reply keeps a streaming reply, re-rendered only from
 the start of its last top-level block (in a long open code fence, from a line where lexing can
-restart), at most every few tens of milliseconds. Opening a long chat renders the last messages at
-once and the older ones above them in slices of ~10-30 ms, so the event loop never waits long;
+restart), each time the reply says it changed (app.control.streaming_reply; how often is the one
+throttle's, in app.control.replies, which spaces its ticks by what they cost). Opening a long chat
+renders the last messages at once and the older ones above them in slices of ~10-30 ms, so the
+event loop never waits long;
 parsed blocks are kept per message, so a view option does not parse again.
 """
 from __future__ import annotations
@@ -46,8 +48,6 @@ TAIL_CHARS = 3000
 """Opening a chat renders at once the last messages up to about this much text; older ones follow."""
 SLICE_S = 0.012
 """Time spent per slice of rendering older messages before the event loop gets a turn (plus one step)."""
-MIN_GAP_S = 0.04
-"""Least time between two re-renders of a streaming reply (also at least 4x the last one's cost)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +129,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
         self._by_key = False  # inside a key press (a link activated by Enter)
         self._sources: dict[int, tuple[list[TokenEvent], int, str, list[int]]] = {}  # see _source_of
         self._formats: Formats | None = None
-        self._live_timer = QTimer(self, singleShot=True, timeout=self._render_live)
-        self._next_live = 0.0
         self._pending_timer = QTimer(self, singleShot=True, interval=0, timeout=self._render_pending)
         self.actions_menu: QMenu | None = None
         """The last menu of a message's actions (open while it is shown)."""
@@ -148,7 +146,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
         of the view where it was, unless the view was at the bottom."""
         same_chat = bool(messages and self.messages and messages[0].id == self.messages[0].id)
         anchor = self._top_message() if same_chat and not self._at_bottom() else None
-        self._live_timer.stop()
         self._pending_timer.stop()
         self._live = None
         self.messages = list(messages)
@@ -186,16 +183,13 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
 
     @property
     def complete(self) -> bool:
-        """Every message is rendered and the streaming reply's text is all shown."""
-        return not self._pending and not self._live_timer.isActive()
+        """Every message is rendered (the streaming reply's text is drawn as it comes: `reply_changed`)."""
+        return not self._pending
 
     def finish_rendering(self) -> None:
-        """Render what is waiting now (older messages, the streaming reply's latest tokens)."""
+        """Render the older messages still waiting now."""
         while self._pending:
             self._render_pending(budget=float("inf"))
-        if self._live_timer.isActive():
-            self._live_timer.stop()
-            self._render_live()
 
     def _add(self, shown: ShownMessage) -> None:
         self._shown.append(shown)
@@ -448,16 +442,18 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
         if at_end:
             self._scroll_to_end()
 
-    def append_tokens(self, m: Message, tokens: Sequence[TokenEvent]) -> None:
-        """The streaming reply `m` has gained `tokens` (already in m.tokens); it is redrawn shortly."""
+    def reply_changed(self, message_id: int, from_token: int) -> None:
+        """The streaming reply `message_id` gained tokens from `from_token` on (a StreamingReply's `changed`):
+        drawn now, from where the last drawing stopped. Its tokens are read from the Message shown, which is
+        the reply's own (app.control.streaming_reply); a reply not shown here, or not live, is left alone.
+        How often this comes is the one throttle's business (app.control.replies: FLUSH_MS, TICK_SHARE)."""
         lv = self._live
-        if not tokens or lv is None or lv.shown.message is not m or self._live_timer.isActive():
+        if lv is None or lv.shown.message.id != message_id or len(lv.shown.message.tokens) <= from_token:
             return
-        self._live_timer.start(int(max(0.0, self._next_live - time.perf_counter()) * 1000))
+        self._render_live()
 
     def finish_reply(self, m: Message) -> None:
         """The reply `m` (the last message) ended: its final text, note and footer."""
-        self._live_timer.stop()
         lv = self._live
         at_end = self._at_bottom()
         cur = QTextCursor(self.document())
@@ -508,7 +504,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
         lv = self._live
         if lv is None:
             return None
-        t0 = time.perf_counter()
         m = lv.shown.message
         lv.take(m.tokens)
         parts = parts_of(m, lv.source, lv.ends)
@@ -518,7 +513,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
             self._rewrite(len(self._shown) - 1, live=True, cur=cur)
             if at_end:
                 self._scroll_to_end()
-            self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
             return None
         if lv.thought:
             lv.limit = parts.thinking[1]
@@ -545,7 +539,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
             cur.endEditBlock()
             if at_end:
                 self._scroll_to_end()
-        self._next_live = time.perf_counter() + max(MIN_GAP_S, 4 * (time.perf_counter() - t0))
         return w
 
 

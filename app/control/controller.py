@@ -5,12 +5,13 @@ Each concern is its own part, with its own state and signals:
 - `prefs` (preferences.py): the settings, saved soon after each change;
 - `conversations` (conversations.py): the store, the chat list, the open chat's shown path;
 - `pairing` (pairing.py): installed models, drafters, the load state machine, model jobs;
-- `replies` (replies.py): requests to the engine thread, the chat reply, Compare;
+- `replies` (replies.py): requests to the engine thread, the chat reply (a StreamingReply the
+  window observes: streaming_reply.py), Compare;
 - `past_chats` (past_chats.py): drafting from past chats (opt-in) and forgetting them.
 
 The parts depend one way (replies use conversations and pairing; nothing uses replies), and the
-two links that point back (pairing stops running work to switch models; conversations keep the
-live reply's Message) are callbacks wired here. A change to loading touches pairing.py only, a
+two links that point back (pairing stops running work to switch models; conversations read the
+live reply's Message as one already in memory) are callbacks wired here. A change to loading touches pairing.py only, a
 change to alternatives conversations.py and the store.
 
 Why a facade and not the parts handed to the widgets: a dialog takes one reference and does not
@@ -103,7 +104,7 @@ class ChatController(QObject):
         self.sig_conversations = self.conversations.sig_conversations
         self.sig_messages = self.conversations.sig_messages
         self.sig_message_added = self.conversations.sig_message_added
-        self.sig_tokens = self.replies.sig_tokens
+        self.sig_reply_started = self.replies.sig_reply_started
         self.sig_reply_finished = self.replies.sig_reply_finished
         self.sig_busy = self.replies.sig_busy
         self.sig_input_restore = self.replies.sig_input_restore
@@ -204,6 +205,10 @@ class ChatController(QObject):
     @property
     def chat_reply(self):
         return self.replies.chat_reply
+
+    def showing(self, reply) -> bool:
+        """The chat reply `reply` (a StreamingReply) is written in the open conversation."""
+        return self.replies.showing(reply)
 
     @property
     def busy(self) -> bool:

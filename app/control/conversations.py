@@ -6,8 +6,9 @@ deleting a message or adding a branch re-reads only the path's shape and loads t
 already in memory, so stepping through alternatives of a long chat does not re-read its tokens.
 
 It knows nothing of the engine: the reply being written is reached through `live`, which the
-controller wires to the replies, so that a reopened chat keeps appending to the very Message the
-reply is filling.
+controller wires to the replies. That reply (a StreamingReply) is the single owner of its Message:
+a path read while it streams takes that Message as one already in memory, rather than reading a
+second copy of it from the store.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from PySide6.QtCore import QObject, Signal
 from app.core.errors import Level, Notice
 from app.history.chat_import import ChatImportError, read_chat
 from app.history.records import Conversation, Message, Role
-from app.history.reply_recorder import ReplyRecorder
+from app.control.streaming_reply import DONE_TITLE, LIVE_TITLE, StreamingReply
 from app.history.reply_stats import ReplyStats
 from app.history.store import ChatStore, StoreError
 
@@ -56,7 +57,7 @@ class Conversations(QObject):
     sig_stats = Signal(object, str)
     """Show these numbers (StatsSnapshot or None) under this title."""
 
-    def __init__(self, store: ChatStore, live: Callable[[], ReplyRecorder | None],
+    def __init__(self, store: ChatStore, live: Callable[[], StreamingReply | None],
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store = store
@@ -113,10 +114,8 @@ class Conversations(QObject):
     def open(self, conv_id: int) -> None:
         if conv_id == self.current_id and self.messages:
             return
-        try:
-            messages = self.store.messages(conv_id)
-        except StoreError as exc:
-            self.failed(exc)
+        messages = self._read_path(conv_id, {})
+        if messages is None:
             return
         self.current_id = conv_id
         # A long chat is tens of thousands of token and round objects that live as long as it is
@@ -179,21 +178,31 @@ class Conversations(QObject):
         """The path changed in the store: show it again, reading only messages not yet in memory."""
         if self.current_id is None:
             return False
-        known = {m.id: m for m in self.messages}
+        messages = self._read_path(self.current_id, {m.id: m for m in self.messages})
+        if messages is None:
+            return False
+        self._show(messages)
+        return True
+
+    def _read_path(self, conv_id: int, known: dict[int, Message]) -> list[Message] | None:
+        """A chat's shown path, reading only the messages not in `known` (nor the reply being written, whose
+        Message is its own); None when the store fails."""
+        live = self.live()
+        if live is not None and live.conversation_id == conv_id:
+            known = {**known, live.message.id: live.message}
         try:
-            path = self.store.shown_path(self.current_id)
+            path = self.store.shown_path(conv_id)
             loaded = self.store.load([s.id for s in path if s.id not in known])
         except StoreError as exc:
             self.failed(exc)
-            return False
+            return None
         messages = []
         for step in path:
             m = known.get(step.id) or loaded.get(step.id)
-            if m is not None:
+            if m is not None:  # None: a role this version does not know (a newer Draftlight's)
                 m.parent_id, m.variant, m.variants = step.parent_id, step.variant, step.variants
                 messages.append(m)
-        self._show(messages)
-        return True
+        return messages
 
     def show_alternative(self, message_id: int, step: int) -> bool:
         """Show the alternative `step` places after (or before) this message among its siblings."""
@@ -278,12 +287,6 @@ class Conversations(QObject):
 
     def _show(self, messages: list[Message]) -> None:
         live = self.live()
-        if live is not None and live.conversation_id == self.current_id:
-            # Keep appending to the very Message the reply is filling.
-            for i, m in enumerate(messages):
-                if m.id == live.message.id and m is not live.message:
-                    live.message.parent_id, live.message.variant, live.message.variants = m.parent_id, m.variant, m.variants
-                    messages[i] = live.message
         self.messages = messages
         self.sig_messages.emit(messages)
         # The stats are a generated reply's: an edited one has none to show.
@@ -291,7 +294,8 @@ class Conversations(QObject):
         if last is None:
             self.sig_stats.emit(None, "This reply")
         elif live is not None and live.message is last:
-            self.sig_stats.emit(live.stats.snapshot(), "This reply (streaming)")
+            snap = live.snapshot()
+            self.sig_stats.emit(snap, DONE_TITLE if snap.finished else LIVE_TITLE)
         else:
             auto = last.stats.draft_mode == "auto" if last.stats else True
             rounds = [last.rounds[k] for k in sorted(last.rounds)]

@@ -1,7 +1,11 @@
-"""Replies: asking the engine thread for one, routing its events, and recording the chat's.
+"""Replies: asking the engine thread for one, routing its events, and the chat's reply in progress.
 
-Engine events arrive one by one from the worker and are handed on in batches, one per timer tick,
-so a fast pair cannot flood the event loop (and each batch is one SQLite transaction). One busy
+Engine events arrive one by one from the worker and are handed on in batches, one per tick of the one
+timer between the engine and the screen, so a fast pair cannot flood the event loop (and each batch is
+one SQLite transaction). The tick's own cost (saving, then the observers' redraw) spaces the next one:
+a slow redraw is never asked for more often than it can keep up with. The chat reply is a
+`StreamingReply` (streaming_reply.py) that the window observes; Replies only starts it and, when it
+is over, takes back a reply that failed before its first token and says why a reply ended. One busy
 state for the whole app: while anything runs on the engine thread (a chat reply, or the two runs
 of Compare) nothing else can be sent, and each caller stops only its own requests.
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -31,25 +36,27 @@ from engine.decoding.session import GenerationSettings
 from app.control.conversations import Conversations, title_of
 from app.control.pairing import Pairing, drafter_label, pair_problem
 from app.control.preferences import Preferences
+from app.control.streaming_reply import LIVE_TITLE, StreamingReply
 from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
 from app.core.settings import AUTO, AppSettings
 from app.core.settings import _coerce as settings_from_dict
 from app.core.worker import ContinueFrom, EngineWorker, ReplyRequest
 from app.history.records import EDITED, Message, Role
-from app.history.reply_recorder import ReplyRecorder
-from app.history.reply_stats import ReplyStats
 from app.history.store import StoreError
 
 FLUSH_MS = 40
-"""How often streamed events reach the window (and the database)."""
+"""How often streamed events reach the window (and the database), at most."""
+TICK_SHARE = 4
+"""A tick that took t seconds (saving and redrawing) is followed by the next after at least TICK_SHARE * t:
+the rest of the event loop (typing, scrolling) keeps most of the time when a redraw grows slow."""
 REPLAYED = ("target", "drafter", "draft_max", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens",
             "system_prompt")
 """What "regenerate" takes from the reply's recorded settings; the rest (context, threads, view) stays as is."""
 
 
 class ReplyHandler(Protocol):
-    """Whoever asked for a reply: the chat, or the compare dialog."""
+    """Where a request's events go: a StreamingReply (the chat's reply, or one of Compare's two runs)."""
 
     def on_events(self, events: list) -> None: ...
     def on_failed(self, exc: BaseException) -> None: ...
@@ -106,8 +113,8 @@ class Replies(QObject):
 
     sig_notice = Signal(object)
     """Show a Notice above the chat."""
-    sig_tokens = Signal(object, object)
-    """The streaming reply (Message) gained these tokens (list[TokenEvent])."""
+    sig_reply_started = Signal(object)
+    """A chat reply (StreamingReply) was asked for: observe it (its tokens, its numbers)."""
     sig_reply_finished = Signal(object)
     """The streaming reply (Message) is over."""
     sig_stats = Signal(object, str)
@@ -127,7 +134,7 @@ class Replies(QObject):
         self.worker = worker
         self.conversations = conversations
         self.pairing = pairing
-        self.chat_reply: ReplyRecorder | None = None
+        self.chat_reply: StreamingReply | None = None
         self.closed = False
         self._new_question = False  # the chat reply's question was written for it (send, edit)
         self._ids = itertools.count(1)
@@ -310,13 +317,13 @@ class Replies(QObject):
             convs.failed(exc)
             return False
         m.content, m.finish_reason, m.stats, m.error = "", None, None, ""
-        recorder = self._recorder(convs.messages[i - 1], m, s)
-        recorder.continuing(text, stats, finish)
+        live = self._streaming(convs.messages[i - 1], m, s)
+        live.continuing(text, stats, finish)
         self._new_question = False
         convs.reload()
         # A reply that thought goes on after its thinking: the model is given what it wrote, tags and all.
         written = "".join(t.text for t in m.tokens) if m.thinking else text
-        self._request_chat(convs.messages[:i], s, recorder, continuation=ContinueFrom(
+        self._request_chat(convs.messages[:i], s, live, continuation=ContinueFrom(
             written, tuple(t.token_id for t in m.tokens)))
         return True
 
@@ -344,42 +351,42 @@ class Replies(QObject):
         return self.store.add_message(conv_id, Role.ASSISTANT, "", Path(s.target).name, drafter_label(s.drafter),
                                       s.to_json(), parent_id=question.id)
 
-    def _recorder(self, question: Message, reply: Message, s: AppSettings) -> ReplyRecorder:
+    def _streaming(self, question: Message, reply: Message, s: AppSettings) -> StreamingReply:
         convs = self.conversations
         assert convs.current_id is not None
-        recorder = ReplyRecorder(
-            self.store, convs.current_id, question, reply, auto=s.draft_max == AUTO,
-            on_tokens=self._recorder_tokens, on_stats=self._recorder_stats,
-            on_finished=self._recorder_finished, on_notice=self.sig_notice.emit,
-        )
-        self.chat_reply = recorder
-        return recorder
+        live = StreamingReply(reply, auto=s.draft_max == AUTO, store=self.store, conversation_id=convs.current_id,
+                              question=question)
+        live.notice.connect(self.sig_notice)
+        live.finished.connect(self._chat_finished)
+        self.chat_reply = live
+        self.sig_reply_started.emit(live)
+        return live
 
     def _start(self, history: list[Message], question: Message, reply: Message, s: AppSettings,
                new_question: bool, at_end: bool) -> None:
         convs = self.conversations
-        recorder = self._recorder(question, reply, s)
+        live = self._streaming(question, reply, s)
         self._new_question = new_question
         if at_end:
             convs.appended([question, reply])
         else:  # a new branch: the path below the branch point changes
             convs.reload()
             convs.emit_list()
-        self._request_chat(history, s, recorder)
+        self._request_chat(history, s, live)
 
-    def _request_chat(self, history: list[Message], s: AppSettings, recorder: ReplyRecorder,
+    def _request_chat(self, history: list[Message], s: AppSettings, live: StreamingReply,
                       continuation: ContinueFrom | None = None) -> None:
-        """Ask for the chat reply `recorder` follows, loading its pair first when it is not the one chosen now."""
+        """Ask for the chat reply `live`, loading its pair first when it is not the one chosen now."""
         convs = self.conversations
-        self.sig_stats.emit(recorder.stats.snapshot(), "This reply (streaming)")
+        self.sig_stats.emit(live.snapshot(), LIVE_TITLE)
         if (s.target, s.drafter) != (self.settings.target, self.settings.drafter):
             # A reply made again with its own pair: load it (queued before the request below).
             self.pairing.use_pair(s.target, s.drafter)
             self.sig_notice.emit(Notice(f"Loading {Path(s.target).name} + {drafter_label(s.drafter)}, the pair this "
                                         "reply was made with.", Level.INFO))
         self.pairing.ensure_loaded()
-        self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), recorder,
-                           conversation=str(convs.current_id), attachments=recorder.user.attachments,
+        self.request_reply(history_for(history, s.system_prompt), generation_settings_of(s), live,
+                           conversation=str(convs.current_id), attachments=live.question.attachments,
                            continuation=continuation)
 
     def abandon(self, conv_id: int) -> None:
@@ -444,6 +451,8 @@ class Replies(QObject):
             self._flush_timer.start()
 
     def flush(self) -> None:
+        """One tick: every request's events so far to its handler (each saves, then its observers redraw)."""
+        t0 = time.perf_counter()
         pending, self._pending = self._pending, {}
         for rid, events in pending.items():
             handler = self._handlers.get(rid)
@@ -451,6 +460,7 @@ class Replies(QObject):
                 handler.on_events(events)
         if not self._pending:
             self._flush_timer.stop()
+        self._flush_timer.setInterval(max(FLUSH_MS, round(TICK_SHARE * 1000 * (time.perf_counter() - t0))))
 
     def _on_reply_failed(self, rid: int, exc: BaseException) -> None:
         self.flush()
@@ -465,21 +475,12 @@ class Replies(QObject):
             handler.on_finished()
         self._busy_changed()
 
-    # -- the chat reply's callbacks -------------------------------------------------------------
-    def _showing(self, recorder: ReplyRecorder) -> bool:
-        return recorder.conversation_id == self.conversations.current_id and not recorder.orphaned
+    # -- the chat reply's end ----------------------------------------------------------------------
+    def showing(self, reply: StreamingReply) -> bool:
+        """The reply's conversation is the open one (and was not deleted)."""
+        return reply.conversation_id == self.conversations.current_id and not reply.orphaned
 
-    def _recorder_tokens(self, message: Message, tokens: list) -> None:
-        rec = self.chat_reply
-        if rec is not None and self._showing(rec):
-            self.sig_tokens.emit(message, tokens)
-
-    def _recorder_stats(self, stats: ReplyStats) -> None:
-        rec = self.chat_reply
-        if rec is not None and self._showing(rec):
-            self.sig_stats.emit(stats.snapshot(), "This reply" if stats.final else "This reply (streaming)")
-
-    def _recorder_finished(self, rec: ReplyRecorder) -> None:
+    def _chat_finished(self, rec: StreamingReply) -> None:
         self.chat_reply = None
         if rec.orphaned:
             return
@@ -488,21 +489,23 @@ class Replies(QObject):
         if rec.done is None and not rec.message.tokens:
             # Failed before any token: take back what this request wrote (the reply, and the question
             # when it was written for it: a regenerated reply's question stays) and show the path as it was.
-            taken = [rec.message] + ([rec.user] if self._new_question else [])
+            question = rec.question
+            assert question is not None
+            taken = [rec.message] + ([question] if self._new_question else [])
             for m in taken:
                 try:
                     self.store.delete_message(m.id)
                 except StoreError:
                     pass
-            if self._showing(rec):
+            if self.showing(rec):
                 self.conversations.reload()
                 if self._new_question:
-                    self.sig_input_restore.emit(rec.user.content, rec.user.attachments)
+                    self.sig_input_restore.emit(question.content, question.attachments)
             if rec.error is not None:
                 self.sig_notice.emit(explain(rec.error))
             self.conversations.emit_list()
             return
-        if self._showing(rec):
+        if self.showing(rec):
             self.sig_reply_finished.emit(rec.message)
         if rec.error is not None:
             self.sig_notice.emit(explain(rec.error))

@@ -12,7 +12,8 @@ from enum import Enum
 from typing import Any
 
 from engine.attachments import Attachment
-from engine.decoding.events import Certainty, FinishReason, RoundEvent, Stats, TokenEvent, TokenSource
+from engine.decoding.events import (Certainty, FinishReason, RoundEvent, RoundTotals, Stats, TokenEvent, TokenSource,
+                                    with_totals)
 
 
 class Role(str, Enum):
@@ -117,7 +118,20 @@ def round_from_dict(d: dict[str, Any]) -> RoundEvent:
     for k in ("drafted", "drafted_text", "rejected", "rejected_text"):
         kw[k] = tuple(kw.get(k, ()))
     kw["certainty"] = _certainty(kw.get("certainty"))
+    totals = kw.get("totals")
+    if totals is not None and not isinstance(totals, dict):
+        raise ValueError("a round's totals must be an object")
+    kw["totals"] = RoundTotals.from_dict(totals) if totals else None  # None: stored before rounds carried them
     return RoundEvent(**kw)
+
+
+def rounds_by_number(rounds: Sequence[RoundEvent]) -> dict[int, RoundEvent]:
+    """A reply's rounds keyed by number, each with its running totals: rounds stored by an older version
+    have none, and are given them here, once, as they load (engine.decoding.events.with_totals)."""
+    ordered = sorted(rounds, key=lambda r: r.round)
+    if all(r.totals is not None for r in ordered):
+        return {r.round: r for r in ordered}
+    return {r.round: r for r in with_totals(ordered)}
 
 
 def stats_from_dict(d: dict[str, Any]) -> Stats:
@@ -199,7 +213,7 @@ class StoredReply(Message):
                 rows = read()
                 if rows is None:
                     raise ValueError("unreadable")
-                _ROUNDS.__set__(self, {n: round_from_dict(json.loads(d)) for n, d in rows})
+                _ROUNDS.__set__(self, rounds_by_number([round_from_dict(json.loads(d)) for _n, d in rows]))
             except (ValueError, TypeError, KeyError, AttributeError):
                 # The tokens stay: the view may have drawn them already, and it finds them by index.
                 self.error = self.error or UNREADABLE

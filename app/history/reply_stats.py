@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.decoding.events import Certainty, DraftKind, RoundEvent, Stats
+from engine.decoding.events import Certainty, DraftKind, RoundEvent, RoundTotals, Stats
 
 HELPING = 1.05
 """At or above this speed ratio speculation is 'helping'."""
@@ -52,25 +52,19 @@ class StatsSnapshot:
 
 
 class ReplyStats:
-    """Accumulates a reply's RoundEvents; the final Stats, once known, take precedence."""
+    """A reply's numbers from its rounds as they arrive: each round carries the engine's running totals
+    (engine.decoding.events.RoundTotals), so nothing is counted here; the final Stats, once known, take
+    precedence."""
 
     def __init__(self, auto: bool = True) -> None:
         self.auto = auto
-        self.rounds = 0
-        self.tokens = 0
-        self.drafted = 0
-        self.accepted = 0
-        self.drafting_rounds = 0
-        self.draft_s = 0.0
-        self.verify_s = 0.0
+        self.totals = RoundTotals()
+        """The counts after the last round added."""
         self.tokens_per_s = 0.0
         self.speedup: float | None = None
-        self.tried: list[int] = []
-        self.ok: list[int] = []
         self.series: list[tuple[int, float]] = []
         self.final: Stats | None = None
         self.certainty = Certainty.UNKNOWN
-        self.by_drafter: dict[str, int] = {}
 
     @classmethod
     def of_rounds(cls, rounds: list[RoundEvent], final: Stats | None, auto: bool) -> "ReplyStats":
@@ -82,29 +76,14 @@ class ReplyStats:
         return s
 
     def add_round(self, r: RoundEvent) -> None:
-        self.rounds += 1
-        self.tokens += r.emitted
-        self.draft_s += r.draft_s
-        self.verify_s += r.verify_s
+        # A round made by hand without totals (the engine and the store always give them) is counted by
+        # the engine's own function.
+        self.totals = r.totals if r.totals is not None else self.totals.after_round(r)
         self.tokens_per_s = r.tokens_per_s
         if r.estimated_speedup is not None:
             self.speedup = r.estimated_speedup
         self.certainty = Certainty(r.certainty)
-        n = len(r.drafted)
-        kind = DraftKind(r.drafter).value if n else DraftKind.NONE.value
-        self.by_drafter[kind] = self.by_drafter.get(kind, 0) + 1
-        if n:
-            self.drafting_rounds += 1
-            self.drafted += n
-            self.accepted += r.accepted
-            while len(self.tried) < n:
-                self.tried.append(0)
-                self.ok.append(0)
-            # Position i was tried when every earlier position was accepted (as the engine counts).
-            for i in range(min(n, r.accepted + 1)):
-                self.tried[i] += 1
-                self.ok[i] += i < r.accepted
-        self.series.append((self.tokens, r.tokens_per_s))
+        self.series.append((self.totals.tokens, r.tokens_per_s))
 
     def finish(self, stats: Stats) -> None:
         self.final = stats
@@ -121,17 +100,17 @@ class ReplyStats:
                 estimated_speedup=f.estimated_speedup, by_position=tuple(f.acceptance_by_position),
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
                 learned_rounds=f.auto_rounds_before, certainty=Certainty(f.certainty),
-                modes=_modes(f.rounds_by_drafter or self.by_drafter),
+                modes=_modes(f.rounds_by_drafter or self.totals.by_drafter),
             )
+        t = self.totals
         return StatsSnapshot(
-            tokens=self.tokens, rounds=self.rounds, drafted=self.drafted, accepted=self.accepted,
-            acceptance_rate=self.accepted / self.drafted if self.drafted else None,
-            mean_accepted=self.accepted / self.drafting_rounds if self.drafting_rounds else None,
-            tokens_per_s=self.tokens_per_s, draft_s=self.draft_s, verify_s=self.verify_s,
-            estimated_speedup=self.speedup,
-            by_position=tuple(ok / n for ok, n in zip(self.ok, self.tried) if n),
+            tokens=t.tokens, rounds=t.rounds, drafted=t.drafted, accepted=t.accepted,
+            acceptance_rate=t.accepted / t.drafted if t.drafted else None,
+            mean_accepted=t.accepted / t.drafting_rounds if t.drafting_rounds else None,
+            tokens_per_s=self.tokens_per_s, draft_s=t.draft_s, verify_s=t.verify_s,
+            estimated_speedup=self.speedup, by_position=t.acceptance_by_position,
             speed_series=tuple(self.series), auto=self.auto, finished=False,
-            certainty=self.certainty, modes=_modes(self.by_drafter),
+            certainty=self.certainty, modes=_modes(t.by_drafter),
         )
 
 
@@ -220,9 +199,9 @@ def _paced(s: StatsSnapshot, x: float) -> Verdict:
     return Verdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
 
 
-def joined_stats(first: Stats, then: Stats, rounds: list[RoundEvent]) -> Stats:
+def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats:
     """The totals of a reply written in two parts (Continue): counts and times added, rates of the whole,
-    acceptance by position from every round of both parts. The prompt, the time to the first token and
+    acceptance by position from `totals`, the running totals after the last round of both parts. The prompt, the time to the first token and
     what Auto knew at the start are the first part's; the mode and certainty the later part's; the gaps
     between tokens (median, 95th percentile) the larger of the two parts' (their tokens' times are gone)."""
     def per_s(tokens: int, rate: float | None) -> float:
@@ -234,7 +213,7 @@ def joined_stats(first: Stats, then: Stats, rounds: list[RoundEvent]) -> Stats:
     if first.estimated_plain_tokens_per_s and then.estimated_plain_tokens_per_s:
         plain_s = per_s(first.tokens, first.estimated_plain_tokens_per_s) + per_s(then.tokens,
                                                                                    then.estimated_plain_tokens_per_s)
-    positions = ReplyStats.of_rounds(rounds, None, then.draft_mode == "auto").snapshot().by_position
+    positions = totals.acceptance_by_position if totals is not None else ()
     modes = dict(first.rounds_by_drafter)
     for k, n in then.rounds_by_drafter.items():
         modes[k] = modes.get(k, 0) + n

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, Stats, TokenEvent
+from engine.decoding.events import DoneEvent, FinishReason, Stats
 
 from app.chat.chat_view import ChatView, ViewOptions
 from app.control.controller import ChatController, CompareRuns, drafter_label
+from app.control.streaming_reply import StreamingReply
 from app.core.errors import explain
 from app.core.window_fit import resize_within
 from app.history.records import Message, Role
@@ -46,34 +47,27 @@ def first_difference(a: str, b: str) -> int | None:
 
 
 class _Run:
-    """Reply handler for one of the two runs; streams into its pane."""
+    """One of the two runs: a StreamingReply (no store) that its pane observes."""
 
     def __init__(self, dialog: "CompareDialog", view: ChatView, message: Message) -> None:
         self.dialog, self.view, self.message = dialog, view, message
-        self.done: DoneEvent | None = None
-        self.error: BaseException | None = None
+        self.reply = StreamingReply(message, auto=True)
         self.finished = False
+        self.reply.changed.connect(view.reply_changed)
+        self.reply.finished.connect(self._finished)
 
-    def on_events(self, events: list) -> None:
-        for e in events:
-            if isinstance(e, RoundEvent):
-                self.message.rounds[e.round] = e  # for the tooltips
-            elif isinstance(e, DoneEvent):
-                self.done = e
-        tokens = [e for e in events if isinstance(e, TokenEvent)]
-        if tokens:
-            self.message.tokens.extend(tokens)
-            self.view.append_tokens(self.message, tokens)
+    @property
+    def done(self) -> DoneEvent | None:
+        return self.reply.done
 
-    def on_failed(self, exc: BaseException) -> None:
-        self.error = exc
+    @property
+    def error(self) -> BaseException | None:
+        return self.reply.error
 
-    def on_finished(self) -> None:
+    def _finished(self, _reply: StreamingReply) -> None:
         self.finished = True
         if self.done is not None:
-            m = self.message
-            m.content, m.finish_reason, m.stats = self.done.text, self.done.finish_reason, self.done.stats
-            self.view.finish_reply(m)
+            self.view.finish_reply(self.message)
         self.dialog.run_finished(self)
 
 
@@ -139,7 +133,7 @@ class CompareDialog(QDialog):
 
     def start(self) -> bool:
         """Queue both runs; False (and a message) when the engine is busy."""
-        self.runs = self.controller.compare(self.messages, self.spec, self.plain)
+        self.runs = self.controller.compare(self.messages, self.spec.reply, self.plain.reply)
         if self.runs is None:
             self.verdict.setText("Wait for the reply to finish, then compare.")
             return False

@@ -1,11 +1,13 @@
 """The one event stream every consumer reads: GUI, CLI, benchmark and tests.
 
 Per round the engine yields a `RoundEvent` first (what was drafted, what was kept, what was
-rejected, times), then one `TokenEvent` per emitted token, and once at the end a `DoneEvent`.
+rejected, times, and the reply's running `RoundTotals` after it), then one `TokenEvent` per emitted
+token, and once at the end a `DoneEvent`. The totals are counted here, once (`RoundTotals.after`):
+the engine's final Stats, the app's live stats panel and a stored reply read back all use them.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from typing import Any
 
@@ -78,6 +80,101 @@ class TokenEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RoundTotals:
+    """A reply's running counts after one of its rounds (the app shows these; it counts nothing itself)."""
+
+    tokens: int = 0
+    """Tokens emitted."""
+    rounds: int = 0
+    """Rounds."""
+    drafted: int = 0
+    """Draft tokens proposed."""
+    accepted: int = 0
+    """Draft tokens the target kept."""
+    drafting_rounds: int = 0
+    """Rounds that drafted something."""
+    draft_s: float = 0.0
+    """Seconds spent drafting (catch-up included)."""
+    verify_s: float = 0.0
+    """Seconds in the target's verification passes."""
+    tried: tuple[int, ...] = ()
+    """Per draft position, the rounds that reached it (every position before it accepted)."""
+    kept: tuple[int, ...] = ()
+    """Per draft position, the rounds whose token there was accepted."""
+    by_drafter: dict[str, int] = field(default_factory=dict)
+    """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds)."""
+
+    def after(self, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
+              drafter: DraftKind | str) -> "RoundTotals":
+        """These totals with one more round: the one place a round is counted (a pure function)."""
+        kind = DraftKind(drafter).value if drafted else DraftKind.NONE.value
+        tried, kept = list(self.tried), list(self.kept)
+        if drafted:
+            while len(tried) < drafted:
+                tried.append(0)
+                kept.append(0)
+            # Position i counts as tried when every position before it was accepted.
+            for i in range(min(drafted, accepted + 1)):
+                tried[i] += 1
+                kept[i] += i < accepted
+        return RoundTotals(
+            tokens=self.tokens + emitted, rounds=self.rounds + 1, drafted=self.drafted + drafted,
+            accepted=self.accepted + (accepted if drafted else 0), drafting_rounds=self.drafting_rounds + bool(drafted),
+            draft_s=self.draft_s + draft_s, verify_s=self.verify_s + verify_s, tried=tuple(tried), kept=tuple(kept),
+            by_drafter={**self.by_drafter, kind: self.by_drafter.get(kind, 0) + 1},
+        )
+
+    def after_round(self, r: "RoundEvent") -> "RoundTotals":
+        """`after` with a round's own numbers (rounds stored before rounds carried totals)."""
+        return self.after(len(r.drafted), r.accepted, r.emitted, r.draft_s, r.verify_s, r.drafter)
+
+    def plus(self, other: "RoundTotals") -> "RoundTotals":
+        """Two parts of one reply (Continue): `other`'s counts offset by these."""
+        modes = dict(self.by_drafter)
+        for k, v in other.by_drafter.items():
+            modes[k] = modes.get(k, 0) + v
+        return RoundTotals(
+            tokens=self.tokens + other.tokens, rounds=self.rounds + other.rounds, drafted=self.drafted + other.drafted,
+            accepted=self.accepted + other.accepted, drafting_rounds=self.drafting_rounds + other.drafting_rounds,
+            draft_s=self.draft_s + other.draft_s, verify_s=self.verify_s + other.verify_s,
+            tried=_summed(self.tried, other.tried), kept=_summed(self.kept, other.kept), by_drafter=modes,
+        )
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...]:
+        """Share of the rounds that reached draft position i whose token i was accepted."""
+        return tuple(ok / n for ok, n in zip(self.kept, self.tried) if n)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RoundTotals":
+        """As `to_dict` wrote it (JSON turns the tuples into lists)."""
+        kw = {k: v for k, v in d.items() if k in _TOTALS_FIELDS}
+        kw["tried"], kw["kept"] = tuple(kw.get("tried", ())), tuple(kw.get("kept", ()))
+        kw["by_drafter"] = dict(kw.get("by_drafter", {}))
+        return cls(**kw)
+
+
+def _summed(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Per position, a's count and b's (the shorter one read as zeros past its end)."""
+    n = max(len(a), len(b))
+    return tuple(x + y for x, y in zip(a + (0,) * (n - len(a)), b + (0,) * (n - len(b))))
+
+
+def with_totals(rounds: list["RoundEvent"], start: RoundTotals | None = None) -> list["RoundEvent"]:
+    """Rounds in order, each with its totals: those stored before rounds carried them are given them
+    (counted with `RoundTotals.after`, from `start` and the rounds before), the others kept as they are."""
+    out, t = [], start if start is not None else RoundTotals()
+    for r in rounds:
+        if r.totals is None:
+            t = t.after_round(r)
+            r = replace(r, totals=t)
+        else:
+            t = r.totals
+        out.append(r)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class RoundEvent:
     """What happened in one draft-verify round; it precedes the round's token events."""
 
@@ -113,6 +210,9 @@ class RoundEvent:
     thinking_open: bool = False
     """The chat template opened a thinking block in the prompt: the reply starts inside it
     (engine.decoding.reasoning). The same on every round of a reply."""
+    totals: RoundTotals | None = None
+    """The reply's counts after this round (None: a round stored by a version before they travelled here;
+    `with_totals` fills them)."""
 
     type: str = field(default="round", init=False)
 
@@ -207,6 +307,8 @@ class DoneEvent:
 
 
 Event = RoundEvent | TokenEvent | DoneEvent
+
+_TOTALS_FIELDS = frozenset(f.name for f in fields(RoundTotals))
 
 
 def _plain(obj: Any) -> dict[str, Any]:

@@ -300,12 +300,15 @@ def generate(
         tps, speedup, certainty = stats.live_rate(len(texts))
         draft, verdict = r.draft, r.verdict
         rejected = draft.tokens[verdict.accepted :]
+        draft_s = draft.seconds + draft.catchup_s
+        totals = stats.round_shown(len(draft.tokens), verdict.accepted, len(texts), draft_s, r.outcome.verify_s,
+                                   draft.kind)
         yield from stats.timed(RoundEvent(
             round=r.number, k=r.outcome.k, drafted=tuple(draft.tokens),
             drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
             rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
-            emitted=len(texts), draft_s=draft.seconds + draft.catchup_s, verify_s=r.outcome.verify_s,
-            drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty,
+            emitted=len(texts), draft_s=draft_s, verify_s=r.outcome.verify_s,
+            drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty, totals=totals,
         ))
         for i, piece in enumerate(texts):
             tok = r.tokens[i]

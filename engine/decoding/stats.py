@@ -1,11 +1,15 @@
-"""Running totals for one reply, turned into `events.Stats` at the end."""
+"""Running totals for one reply, turned into `events.Stats` at the end.
+
+The counts of rounds (tokens, drafted, accepted, per position, per drafter) are one `RoundTotals`,
+advanced as each round's event goes out (`round_shown`): the same totals travel on the RoundEvent,
+so the final Stats and what the app shows along the way come from one count."""
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from typing import TypeVar
 
-from engine.decoding.events import Certainty, DraftKind, Stats
+from engine.decoding.events import Certainty, DraftKind, RoundTotals, Stats
 from engine.decoding.policy import CostModel, RoundOutcome
 from engine.decoding.verdict import PlainEstimate
 
@@ -33,13 +37,11 @@ class StatsTracker:
         self._drafter_decode0 = self._dmodel.decode_s if self._dmodel is not None else 0.0
         self.prompt_tokens = self.reused = 0
         self.prefill_s = 0.0
-        self.rounds = self.drafted = self.accepted = self.drafting_rounds = self.tokens = 0
-        self.by_position_tried: list[int] = []
-        self.by_position_ok: list[int] = []
-        self.draft_s = self.verify_s = self.consumer_s = 0.0
+        self.totals = RoundTotals()
+        """The rounds' counts so far, as the last RoundEvent carried them."""
+        self.consumer_s = 0.0
         self.token_times: list[float] = []
         self.plain = PlainEstimate()
-        self.by_drafter: dict[str, int] = {}
 
     def prefill_done(self, n_prompt: int, reused: int, seconds: float) -> None:
         self.prompt_tokens, self.reused, self.prefill_s = n_prompt, reused, seconds
@@ -47,22 +49,12 @@ class StatsTracker:
     def round_done(self, o: RoundOutcome, kept: int, costs: CostModel) -> None:
         """Before `costs.record(o)`: plain decoding's price for this round's tokens, at this round's speed."""
         self.plain.add_round(costs, o, kept)
-        kind = o.key.kind.value if o.drafted else DraftKind.NONE.value
-        self.by_drafter[kind] = self.by_drafter.get(kind, 0) + 1
-        self.rounds += 1
-        self.draft_s += o.draft_s + o.catchup_s
-        self.verify_s += o.verify_s
-        if o.drafted:
-            self.drafting_rounds += 1
-            self.drafted += o.drafted
-            self.accepted += o.accepted
-            while len(self.by_position_tried) < o.drafted:
-                self.by_position_tried.append(0)
-                self.by_position_ok.append(0)
-            # Position i counts as tried when every position before it was accepted.
-            for i in range(min(o.drafted, o.accepted + 1)):
-                self.by_position_tried[i] += 1
-                self.by_position_ok[i] += i < o.accepted
+
+    def round_shown(self, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
+                    drafter: DraftKind) -> RoundTotals:
+        """A round's event goes out with `emitted` tokens (a stop string may have cut some): the totals after it."""
+        self.totals = self.totals.after(drafted, accepted, emitted, draft_s, verify_s, drafter)
+        return self.totals
 
     def clock(self) -> float:
         """Engine time: wall-clock seconds with the consumer's share taken out."""
@@ -71,12 +63,11 @@ class StatsTracker:
     def live_rate(self, pending: int) -> tuple[float, float | None, Certainty]:
         """Cumulative tokens/s with `pending` more tokens about to be emitted, the speedup and how sure it is."""
         gen_s = time.perf_counter() - self.t0 - self.consumer_s - self.prefill_s
-        n = self.tokens + pending
+        n = self.totals.tokens + pending
         tps = n / gen_s if gen_s > 0 else 0.0
         return tps, self.plain.speedup(n, gen_s), self.plain.certainty()
 
     def token_emitted(self) -> None:
-        self.tokens += 1
         self.token_times.append(time.perf_counter() - self.consumer_s)
 
     def timed(self, event: T) -> Iterator[T]:
@@ -97,19 +88,20 @@ class StatsTracker:
         if self._dmodel is not None:
             llama_s += self._dmodel.decode_s - self._drafter_decode0
             drafter_passes = self._dmodel.passes - self._drafter_passes0
-        tps = self.tokens / gen_s if self.tokens else 0.0
+        t = self.totals
+        tps = t.tokens / gen_s if t.tokens else 0.0
         gaps = self.inter_token_gaps()
         plain = self.plain.plain_tokens_per_s()
         first = self.token_times[0] - self.t0 if self.token_times else 0.0
         return Stats(
-            tokens=self.tokens,
-            rounds=self.rounds,
-            drafted=self.drafted,
-            accepted=self.accepted,
-            acceptance_rate=self.accepted / self.drafted if self.drafted else 0.0,
-            mean_accepted_per_round=self.accepted / self.drafting_rounds if self.drafting_rounds else 0.0,
-            tokens_per_round=self.tokens / self.rounds if self.rounds else 0.0,
-            acceptance_by_position=tuple(ok / n for ok, n in zip(self.by_position_ok, self.by_position_tried) if n),
+            tokens=t.tokens,
+            rounds=t.rounds,
+            drafted=t.drafted,
+            accepted=t.accepted,
+            acceptance_rate=t.accepted / t.drafted if t.drafted else 0.0,
+            mean_accepted_per_round=t.accepted / t.drafting_rounds if t.drafting_rounds else 0.0,
+            tokens_per_round=t.tokens / t.rounds if t.rounds else 0.0,
+            acceptance_by_position=t.acceptance_by_position,
             target_passes=self.target.passes - self._target_passes0,
             drafter_passes=drafter_passes,
             prompt_tokens=self.prompt_tokens,
@@ -120,13 +112,13 @@ class StatsTracker:
             itl_p95_s=_percentile(gaps, 95),
             wall_s=wall,
             prefill_s=self.prefill_s,
-            draft_s=self.draft_s,
-            verify_s=self.verify_s,
+            draft_s=t.draft_s,
+            verify_s=t.verify_s,
             python_s=max(0.0, wall - llama_s),
             estimated_plain_tokens_per_s=plain,
-            estimated_speedup=self.plain.speedup(self.tokens, gen_s),
+            estimated_speedup=self.plain.speedup(t.tokens, gen_s),
             certainty=self.plain.certainty(),
-            rounds_by_drafter=dict(self.by_drafter),
+            rounds_by_drafter=dict(t.by_drafter),
             draft_mode=self.draft_mode,
             note=note,
             auto_rounds_before=self.learned_rounds,
