@@ -90,9 +90,11 @@ def _done(events: list):
 def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: int, b: int) -> float | None:
     """The logit gap between two candidates when it is a near-exact tie (batched and single-token
     passes may round differently there), else None."""
+    from engine.decoding.llama_backend import Logits
+
     model = session.target
     model.clear()
-    row = model.decode(list(prompt_tokens) + list(prefix), "last")[0].astype("float64")
+    row = model.decode(list(prompt_tokens) + list(prefix), Logits.LAST)[0].astype("float64")
     model.clear()
     gap = abs(float(row[a] - row[b]))
     return gap if gap <= 1e-4 * max(1.0, float(abs(row).max())) else None

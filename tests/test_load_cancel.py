@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal  # noqa: E402
 from test_app_support import install_tiny  # noqa: E402
 
 from app.core.worker import EngineWorker, LoadRequest  # noqa: E402
-from engine.decoding.llama_backend import LlamaModel, LoadSettings  # noqa: E402
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 from engine.errors import LoadCancelled  # noqa: E402
 
@@ -63,7 +63,7 @@ def test_a_load_cancelled_at_a_fraction_raises_and_leaves_nothing_open(tiny):
     assert not mapped(path)
     m = LlamaModel(path, LoadSettings(n_ctx=256))  # the next load works
     try:
-        assert m.decode([1, 2, 3], "last").shape == (1, m.n_vocab)
+        assert m.decode([1, 2, 3], Logits.LAST).shape == (1, m.n_vocab)
     finally:
         m.close()
 

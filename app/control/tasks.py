@@ -11,13 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 
-class TaskState(str, Enum):
+class TaskState(StrEnum):
     """Where a task is."""
 
     RUNNING = "running"

@@ -26,7 +26,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
@@ -143,7 +143,7 @@ class StoreError(Exception):
     """A read or write failed (locked, disk full, read-only...): one line for the window."""
 
 
-class StoreMode(str, Enum):
+class StoreMode(StrEnum):
     """What the store could do with the history file at start-up."""
 
     WRITABLE = "writable"

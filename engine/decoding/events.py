@@ -10,7 +10,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 
-class TokenSource(str, Enum):
+class TokenSource(StrEnum):
     """Where an emitted token came from."""
 
     ACCEPTED = "accepted"  # proposed by the drafter, confirmed by the target
@@ -41,7 +41,7 @@ class Certainty(StrEnum):
     """Nothing to price plain decoding with (no calibration and no plain round yet)."""
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     STOP = "stop"  # the model ended its turn (end-of-generation token)
     LENGTH = "length"  # max_tokens reached
     CONTEXT_FULL = "context_full"  # no room left in the context window

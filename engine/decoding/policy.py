@@ -314,6 +314,8 @@ class DraftPolicy(ABC):
     """Decides how much to draft (before proposing) and how much of a draft to verify (after)."""
 
     label: str = ""
+    rounds_seen: int = 0
+    """Rounds this policy has learned from, across replies (only AutoK learns; the others stay at 0)."""
 
     @abstractmethod
     def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:

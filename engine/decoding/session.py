@@ -22,7 +22,7 @@ from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, Mo
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest, chat_renderer, supports_gpu_offload
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, supports_gpu_offload
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
@@ -294,17 +294,17 @@ class Session:
             m.watch(None)  # measuring is never cut short by a reply's stop request
         for m in (self.target, drafter):
             m.clear()
-            m.decode(probe, "none")
+            m.decode(probe, Logits.NONE)
         clean, after = [], []
         try:
             for rep in range(repeats + 1):
                 if cancel is not None and cancel.is_set():
                     raise LoadCancelled(f"loading {drafter.path.name} was cancelled while measuring its speed")
                 for follows_drafter, times in ((False, clean), (True, after)):
-                    (drafter if follows_drafter else self.target).decode(tok, "all")
+                    (drafter if follows_drafter else self.target).decode(tok, Logits.ALL)
                     (drafter if follows_drafter else self.target).truncate(depth)
                     t = time.perf_counter()
-                    self.target.decode(tok, "all")
+                    self.target.decode(tok, Logits.ALL)
                     if rep:
                         times.append(time.perf_counter() - t)
                     self.target.truncate(depth)
@@ -363,7 +363,7 @@ class Session:
                 model.truncate(len(probe))
             else:  # a recurrent state cannot be rolled back: read the probe again
                 model.clear()
-                model.decode(probe, "none")
+                model.decode(probe, Logits.NONE)
 
         sizes = list(sizes) if model.can_trim else list(sizes[:1])
         passes: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
@@ -385,7 +385,7 @@ class Session:
                     raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
-                model.decode(self._repeated_probe(n), "all")
+                model.decode(self._repeated_probe(n), Logits.ALL)
                 seconds = time.perf_counter() - t
                 if rep:  # the first round of passes only warms up
                     passes[n].append((seconds, model.last_share if judge else 1.0))
