@@ -17,6 +17,7 @@ from test_app_support import install_tiny  # noqa: E402
 
 from app.core.worker import EngineWorker, LoadRequest  # noqa: E402
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits  # noqa: E402
+from engine.decoding.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 from engine.errors import LoadCancelled  # noqa: E402
 
@@ -301,5 +302,5 @@ def test_picking_another_pair_mid_load_cancels_the_old_load_quietly(qtbot, tiny,
         gate.set()
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)
     assert failures == [(first.drafter, LoadCancelled)]
-    assert w.controller.loaded.request.drafter == "lookup"
+    assert w.controller.loaded.request.drafter == DraftSpec.LOOKUP
     assert not w.notice.isVisible()  # a cancel that was asked for is not an error

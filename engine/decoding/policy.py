@@ -39,6 +39,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 
+from engine.decoding.draft_choice import DraftLength
 from engine.decoding.events import DraftKind
 
 
@@ -587,9 +588,8 @@ class AutoK(DraftPolicy):
         probe.again = was_probe and o.accepted == o.drafted
 
 
-def make_policy(draft_max: int | str, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
-    """The policy for a request's draft length: "auto", 0 (plain) or a fixed k."""
-    if draft_max == "auto":
+def make_policy(draft_max: DraftLength, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
+    """The policy for a request's draft length: Auto, k=0 (plain) or a fixed k."""
+    if draft_max.is_auto:
         return AutoK(costs, drafter_is_model=drafter_is_model)
-    k = int(draft_max)
-    return NoDraft() if k == 0 else FixedK(k)  # FixedK refuses a negative k
+    return NoDraft() if draft_max.k == 0 else FixedK(draft_max.k)
