@@ -139,6 +139,6 @@ def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolat
         assert any(s.range for s in hub.seen if s.method == "GET")  # the second run resumed
         qtbot.waitUntil(lambda: card.use_button.isVisible(), timeout=REPLY_TIMEOUT_MS)
         assert loaded.args[0].request.target.name == "tiny-target.gguf"
-        assert loaded.args[0].request.drafter.endswith("tiny-drafter.gguf")
+        assert loaded.args[0].request.drafter.model.name == "tiny-drafter.gguf"
     finally:
         hub.close()

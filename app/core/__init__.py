@@ -1,1 +1,2 @@
-"""What everything else in the window builds on: settings, theme, notices, background work, the engine thread."""
+"""What everything else in the window builds on: settings (typed when read: the engine's DraftSpec and DraftLength, Theme),
+the drafter's words as replies record them, theme, notices, background work, the engine thread."""

@@ -28,7 +28,7 @@ class DraftLength:
 
     def __post_init__(self) -> None:
         if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0):
-            raise ValueError(f"a draft length is a whole number of tokens from 0, or {AUTO_TEXT!r}; not {self.k!r}")
+            raise _not_a_length(self.k)
 
     @classmethod
     def fixed(cls, k: int) -> DraftLength:
@@ -46,7 +46,9 @@ class DraftLength:
             try:
                 value = int(value)
             except ValueError:
-                raise ValueError(f"a draft length is a number of tokens or {AUTO_TEXT!r}; not {value!r}") from None
+                raise _not_a_length(value) from None
+        if isinstance(value, bool) or not isinstance(value, int):  # None would read as Auto
+            raise _not_a_length(value)
         return cls(value)
 
     @property
@@ -67,6 +69,10 @@ class DraftLength:
 
 
 DraftLength.AUTO = DraftLength()
+
+
+def _not_a_length(value: object) -> ValueError:
+    return ValueError(f"a draft length is a whole number of tokens from 0, or {AUTO_TEXT!r}; not {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
