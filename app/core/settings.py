@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.decoding.draft_choice import DraftLength, DraftSpec
+from engine.decoding.draft_choice import AUTO_TEXT, DraftLength, DraftSpec
 from app.core.theme import Theme
 
 FILE_NAME = "settings.json"
@@ -114,7 +114,7 @@ def _theme(v: Any) -> Theme | None:
 
 def _draft_length(v: Any) -> DraftLength | None:
     """'auto' or a whole number 1-16 (as the file holds it, or a DraftLength from a widget); None otherwise."""
-    if isinstance(v, bool) or not (isinstance(v, (DraftLength, int)) or v == "auto"):
+    if isinstance(v, bool) or not (isinstance(v, (DraftLength, int)) or v == AUTO_TEXT):
         return None  # digits in a string were never written: the file holds a number
     try:
         length = DraftLength.parse(v)
