@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.core.settings import AppSettings, save_settings
     from app.core.theme import Theme
+    from engine.decoding.draft_choice import DraftLength, DraftSpec
 
-    save_settings(AppSettings(target=str(links[args.target]), drafter=str(links[args.draft]), draft_max=args.k,
+    save_settings(AppSettings(target=str(links[args.target]), drafter=DraftSpec(links[args.draft]),
+                              draft_max=DraftLength.fixed(args.k),
                               max_tokens=args.max_tokens, theme=Theme.LIGHT, n_threads=args.threads,
                               first_run_done=True))
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     spin(lambda: c.busy, 30)
     spin(lambda: not c.busy, 900)
     shot(w, "chat-list.png")
-    c.update_settings(draft_max="auto")
+    c.update_settings(draft_max=DraftLength.AUTO)
     last = c.messages[-1]
     w.chat.action_requested.emit("regenerate_current", last.id)
     spin(lambda: c.busy, 30)

@@ -90,9 +90,11 @@ def _done(events: list):
 def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: int, b: int) -> float | None:
     """The logit gap between two candidates when it is a near-exact tie (batched and single-token
     passes may round differently there), else None."""
+    from engine.decoding.llama_backend import Logits
+
     model = session.target
     model.clear()
-    row = model.decode(list(prompt_tokens) + list(prefix), "last")[0].astype("float64")
+    row = model.decode(list(prompt_tokens) + list(prefix), Logits.LAST)[0].astype("float64")
     model.clear()
     gap = abs(float(row[a] - row[b]))
     return gap if gap <= 1e-4 * max(1.0, float(abs(row).max())) else None
@@ -100,6 +102,7 @@ def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: i
 
 def check_speculation() -> str:
     from engine.decoding.llama_backend import LoadSettings
+    from engine.decoding.draft_choice import DraftLength
     from engine.decoding.session import GenerationSettings, Session
 
     folder = _models_dir()
@@ -117,9 +120,9 @@ def check_speculation() -> str:
         plain = Session(target, None, target_load=load, calibrate=False)
         try:
             t = time.perf_counter()
-            spec_events = list(spec.chat(messages, GenerationSettings(draft_max=DRAFT_MAX, **greedy)))
+            spec_events = list(spec.chat(messages, GenerationSettings(draft_max=DraftLength.fixed(DRAFT_MAX), **greedy)))
             spec_s = time.perf_counter() - t
-            plain_events = list(plain.chat(messages, GenerationSettings(draft_max=0, **greedy)))
+            plain_events = list(plain.chat(messages, GenerationSettings(draft_max=DraftLength.fixed(0), **greedy)))
             got, want = _tokens(spec_events), _tokens(plain_events)
             stats = _done(spec_events).stats
             if stats.drafted == 0:

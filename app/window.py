@@ -36,6 +36,7 @@ from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.chat.conversation_list import ConversationList
+from app.control.pairing import LoadState
 from app.control.streaming_reply import StreamingReply, stats_title
 from app.core import slot_errors
 from app.core.errors import Action, Level, Notice
@@ -409,13 +410,13 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(busy)
         self.commands.busy(busy)
 
-    def _load_state(self, text: str, fraction: float) -> None:
-        self.status_label.setText(text)
-        if fraction < 0:
+    def _load_state(self, state: LoadState) -> None:
+        self.status_label.setText(state.text)
+        if state.progress is None:
             self.progress.hide()
         else:
             self.progress.show()
-            self.progress.setValue(int(fraction * 100))
+            self.progress.setValue(int(state.progress * 100))
 
     def _confirm_delete(self, conv_id: int) -> None:
         conv = self.controller.conversation(conv_id)

@@ -41,13 +41,13 @@ def synthetic_rows(n: int, seed: int = 0) -> np.ndarray:
 
 
 def model_rows(path: str, n: int) -> np.ndarray:
-    from engine.decoding.llama_backend import LlamaModel, LoadSettings
+    from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 
     model = LlamaModel(path, LoadSettings(n_ctx=512))
     try:
         text = "def quicksort(xs):\n    # sort a list of numbers in place, then explain the complexity\n"
         toks = model.tokenize(text * 4, add_special=True)[: n + 1]
-        return np.array(model.decode(toks, "all")[-n:], dtype=np.float32)
+        return np.array(model.decode(toks, Logits.ALL)[-n:], dtype=np.float32)
     finally:
         model.close()
 

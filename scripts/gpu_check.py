@@ -113,21 +113,23 @@ def write_model(role: str, spec: dict, path: Path, seed: int) -> Path:
 
 # -- 3. the costs ------------------------------------------------------------------------------------------
 def _timed_blocks(model, sizes, repeats: int, depth: int) -> dict[int, float]:
+    from engine.decoding.llama_backend import Logits
+
     rng = np.random.default_rng(7)
     context = rng.integers(300, model.n_vocab - 10, size=depth).tolist()
     model.clear()
-    model.decode(context, "none")
-    model.decode(context[:1], "all")  # warm-up: the first pass of each shape allocates its graph
+    model.decode(context, Logits.NONE)
+    model.decode(context[:1], Logits.ALL)  # warm-up: the first pass of each shape allocates its graph
     model.truncate(depth)
     out = {}
     for n in sizes:
         block = rng.integers(300, model.n_vocab - 10, size=n).tolist()
-        model.decode(block, "all")  # warm-up for this size
+        model.decode(block, Logits.ALL)  # warm-up for this size
         model.truncate(depth)
         times = []
         for _ in range(repeats):
             t = time.perf_counter()
-            model.decode(block, "all")
+            model.decode(block, Logits.ALL)
             times.append(time.perf_counter() - t)
             model.truncate(depth)
         out[n] = statistics.median(times)

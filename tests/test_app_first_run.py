@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton  # noqa: E402
 from test_app_support import REPLY_TIMEOUT_MS, send  # noqa: E402
 
 from app.control.tasks import TaskState  # noqa: E402
+from engine.decoding.draft_choice import DraftSpec  # noqa: E402
 
 COMMAND_LINE = ("pip", "python -m", "install -e", "[models]")
 
@@ -110,7 +111,7 @@ def test_the_default_pair_downloads_with_progress_cancel_and_resume_then_chats(q
         assert row.task.state == TaskState.DONE
         assert any(s.range for s in hub.seen if s.method == "GET")  # the second run resumed
         assert loaded.args[0].request.target.name == "tiny-target.gguf"
-        assert loaded.args[0].request.drafter.endswith("tiny-drafter.gguf")
+        assert loaded.args[0].request.drafter.model.name == "tiny-drafter.gguf"
         assert not panel.isVisible() and w.chat.isVisible()
         with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS):
             w.controller.update_settings(max_tokens=12, n_threads=1)  # a new thread count reloads
@@ -128,7 +129,7 @@ def test_importing_files_picks_the_largest_as_target_and_a_compatible_drafter(qt
         w.first_run.import_button.click()
     request = loaded.args[0].request
     folder = isolated_home / "data" / "models"
-    assert request.target == folder / "tiny-target.gguf" and request.drafter == f"lookup+{folder / 'tiny-drafter.gguf'}"  # the model with prompt lookup in front
+    assert request.target == folder / "tiny-target.gguf" and request.drafter == DraftSpec.with_lookup(folder / "tiny-drafter.gguf")  # the model with prompt lookup in front
     assert not w.first_run.isVisible()
 
 
@@ -145,6 +146,6 @@ def test_a_folder_of_models_is_used_where_it_is_and_bad_files_are_named(qtbot, t
     with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
         w.first_run.folder_button.click()
     request = loaded.args[0].request
-    assert request.target == folder / "tiny-target.gguf" and request.drafter == f"lookup+{folder / 'tiny-drafter.gguf'}"  # the model with prompt lookup in front
+    assert request.target == folder / "tiny-target.gguf" and request.drafter == DraftSpec.with_lookup(folder / "tiny-drafter.gguf")  # the model with prompt lookup in front
     assert not (isolated_home / "data" / "models" / "tiny-target.gguf").exists()  # not copied
     assert "broken.gguf" in w.first_run.problems.text()

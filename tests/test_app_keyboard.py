@@ -18,6 +18,7 @@ from test_app_support import (REPLY_TIMEOUT_MS, activate, install_tiny, menu_key
                               send)
 
 from app.core.settings import load_settings  # noqa: E402
+from engine.decoding.draft_choice import DraftLength, DraftSpec  # noqa: E402
 from app.history.records import Role  # noqa: E402
 
 CTRL, SHIFT, ALT = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier, Qt.KeyboardModifier.AltModifier
@@ -168,13 +169,13 @@ def test_the_pickers_and_sampling_open_by_keyboard(qtbot, tiny, isolated_home):
     assert focused() in (w.bar.drafter, w.bar.drafter.view())
     qtbot.keyClick(w.bar.drafter.view(), Qt.Key.Key_End)
     qtbot.keyClick(w.bar.drafter.view(), Qt.Key.Key_Return)
-    assert w.controller.settings.drafter == "none"
+    assert w.controller.settings.drafter == DraftSpec.NONE
     press(qtbot, Qt.Key.Key_K, ALT)  # the draft length slider
     assert focused() is w.bar.length
     press(qtbot, Qt.Key.Key_Right)
-    assert w.controller.settings.draft_max == 5
+    assert w.controller.settings.draft_max == DraftLength.fixed(5)
     press(qtbot, Qt.Key.Key_A, ALT)  # Automatic draft length
-    assert w.controller.settings.draft_max == "auto" and w.bar.auto.isChecked() and w.commands.auto.isChecked()
+    assert w.controller.settings.draft_max == DraftLength.AUTO and w.bar.auto.isChecked() and w.commands.auto.isChecked()
     press(qtbot, Qt.Key.Key_S, ALT)  # Sampling…: the popover, ready for typing
     qtbot.waitUntil(lambda: w.bar.sampling.isVisible())
     assert focused() is w.bar.sampling.temperature

@@ -22,6 +22,7 @@ from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.input_box import EDIT_HINT  # noqa: E402
 from app.history.records import Role  # noqa: E402
 from app.history.store import ChatStore, StoreMode, database_path  # noqa: E402
+from engine.decoding.draft_choice import DraftLength, DraftSpec  # noqa: E402
 
 #: A history file as Draftlight schema 2 wrote it: two chats whose messages interleave by id
 #: (chat 1: 1, 2, 5, 6; chat 2: 3, 4), a finished reply with tokens and rounds.
@@ -103,14 +104,14 @@ def test_regenerate_uses_the_replys_own_settings_and_loads_its_pair(qtbot, tiny,
     sent = requests(w)
     with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
         again = act_and_wait(qtbot, w, MessageAction.REGENERATE, first.id)
-    assert loaded.args[0].request.drafter == str(home["drafter"])  # the reply's own pair was loaded first
+    assert loaded.args[0].request.drafter == DraftSpec(home["drafter"])  # the reply's own pair was loaded first
     assert any("the pair this reply was made with" in t for t in said), said
     s = again.settings
     assert (s["target"], s["drafter"], s["draft_max"]) == (str(home["target"]), str(home["drafter"]), 4)
     assert (s["temperature"], s["top_k"], s["seed"], s["max_tokens"], s["system_prompt"]) == (0.0, 40, None, 16, "")
     assert (again.target, again.drafter) == ("tiny-target.gguf", "tiny-drafter.gguf")
     assert sent[-1].messages == ({"role": "user", "content": PROMPT},)  # no system prompt: the reply had none
-    assert sent[-1].settings.draft_max == 4 and sent[-1].settings.sampling.temperature == 0.0
+    assert sent[-1].settings.draft_max == DraftLength.fixed(4) and sent[-1].settings.sampling.temperature == 0.0
     # Greedy speculative decoding is exact: the same pair and sampling give the same text.
     assert again.text == first.text and again.id != first.id
     user = w.controller.messages[0]
@@ -133,7 +134,7 @@ def test_regenerate_with_current_settings_records_the_model_bars_pair_k_and_samp
     assert (s["temperature"], s["top_k"], s["top_p"], s["min_p"], s["seed"], s["max_tokens"], s["system_prompt"]) == (
         0.5, 10, 0.9, 0.1, 7, 12, "Be brief.")
     assert sent[-1].messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT})
-    assert sent[-1].settings.draft_max == "auto" and len(again.tokens) <= 12
+    assert sent[-1].settings.draft_max == DraftLength.AUTO and len(again.tokens) <= 12
     assert w.controller.store.reply_settings(again.id) == s  # as stored, not only in memory
     assert [m.id for m in w.controller.messages][1:] == [again.id] and again.variant == 2
 
@@ -402,7 +403,7 @@ def test_regenerate_says_why_when_the_reply_cannot_be_made_again_with_its_own_se
     act(w, MessageAction.REGENERATE, reply.id)
     assert "the drafter tiny-drafter.gguf is not installed any more" in said[-1], said[-1]
     assert not w.controller.busy and row_count("SELECT COUNT(*) FROM messages") == 4
-    assert w.controller.settings.drafter == "lookup"  # the model bar did not move
+    assert w.controller.settings.drafter == DraftSpec.LOOKUP  # the model bar did not move
     again = act_and_wait(qtbot, w, MessageAction.REGENERATE_CURRENT, reply.id)  # today's pair still can
     assert again.settings["drafter"] == "lookup" and again.drafter == "prompt lookup" and again.variant == 2
 

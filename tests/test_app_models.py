@@ -9,7 +9,7 @@ import shutil  # noqa: E402
 
 from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
-from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE  # noqa: E402
+from engine.decoding.draft_choice import DraftLength, DraftSpec  # noqa: E402
 from app.control.tasks import TaskState  # noqa: E402
 
 
@@ -18,9 +18,9 @@ def test_drafter_picker_offers_only_compatible_drafters(qtbot, tiny, isolated_ho
     w = open_window(qtbot)
     qtbot.waitUntil(lambda: len(w.bar.drafter_choices()) > 2, timeout=REPLY_TIMEOUT_MS)
     # Each compatible drafter with prompt lookup in front (the fastest mode with Auto) and alone.
-    assert w.bar.drafter_choices() == [f"lookup+{installed['drafter']}", str(installed["drafter"]), DRAFT_LOOKUP,
-                                       DRAFT_NONE]
-    assert w.bar.current_drafter() == str(installed["drafter"])  # what the settings name stays chosen
+    assert w.bar.drafter_choices() == [DraftSpec.with_lookup(installed["drafter"]), DraftSpec(installed["drafter"]),
+                                       DraftSpec.LOOKUP, DraftSpec.NONE]
+    assert w.bar.current_drafter() == DraftSpec(installed["drafter"])  # what the settings name stays chosen
     assert w.bar.drafter.itemText(0).startswith("prompt lookup + ")
     targets = [w.bar.target.itemData(i) for i in range(w.bar.target.count())]
     assert {str(p) for p in installed.values()} <= set(targets)
@@ -29,9 +29,9 @@ def test_drafter_picker_offers_only_compatible_drafters(qtbot, tiny, isolated_ho
     # gives way to prompt lookup before anything is loaded (no pairing error).
     with qtbot.waitSignal(w.controller.sig_loaded, timeout=REPLY_TIMEOUT_MS) as loaded:
         w.controller.update_settings(target=str(installed["other-vocab"]))
-    assert w.bar.drafter_choices() == [DRAFT_LOOKUP, DRAFT_NONE]
-    assert w.controller.settings.drafter == DRAFT_LOOKUP
-    assert loaded.args[0].request.drafter == DRAFT_LOOKUP
+    assert w.bar.drafter_choices() == [DraftSpec.LOOKUP, DraftSpec.NONE]
+    assert w.controller.settings.drafter == DraftSpec.LOOKUP
+    assert loaded.args[0].request.drafter == DraftSpec.LOOKUP
     assert not w.notice.isVisible()
 
 
@@ -76,20 +76,20 @@ def test_draft_length_and_sampling_choices_reach_the_engine(qtbot, tiny, isolate
     bar = w.bar
     assert not bar.auto.isChecked() and bar.length.value() == 4
     bar.length.setValue(2)
-    assert w.controller.settings.draft_max == 2
+    assert w.controller.settings.draft_max == DraftLength.fixed(2)
     bar.sampling_button.click()
     assert bar.sampling.isVisible()
     bar.sampling.max_tokens.setValue(12)
     bar.sampling.seed.setValue(7)
     bar.sampling.system_prompt.setPlainText("Be brief.")
     s = w.controller.generation_settings()
-    assert (s.draft_max, s.max_tokens, s.sampling.seed) == (2, 12, 7)
+    assert (s.draft_max, s.max_tokens, s.sampling.seed) == (DraftLength.fixed(2), 12, 7)
     assert w.controller.history()[0] == {"role": "system", "content": "Be brief."}
     bar.sampling.hide()
     reply = send(qtbot, w, "the model is fast")
     assert len(reply.tokens) <= 12 and all(r.k <= 2 for r in reply.rounds.values())
     bar.auto.setChecked(True)
-    assert w.controller.settings.draft_max == "auto" and not bar.length.isEnabled()
+    assert w.controller.settings.draft_max == DraftLength.AUTO and not bar.length.isEnabled()
 
 
 def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolated_home, monkeypatch, tmp_path):
@@ -139,6 +139,6 @@ def test_catalog_download_shows_progress_cancels_and_resumes(qtbot, tiny, isolat
         assert any(s.range for s in hub.seen if s.method == "GET")  # the second run resumed
         qtbot.waitUntil(lambda: card.use_button.isVisible(), timeout=REPLY_TIMEOUT_MS)
         assert loaded.args[0].request.target.name == "tiny-target.gguf"
-        assert loaded.args[0].request.drafter.endswith("tiny-drafter.gguf")
+        assert loaded.args[0].request.drafter.model.name == "tiny-drafter.gguf"
     finally:
         hub.close()

@@ -15,6 +15,7 @@ from test_app_support import REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys
 from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.app_links import LinkKind, href as app_href  # noqa: E402
 from app.core.settings import AppSettings, load_settings, settings_path, typed_changes  # noqa: E402
+from engine.decoding.draft_choice import DraftLength, DraftSpec  # noqa: E402
 from app.core.theme import Theme  # noqa: E402
 from app.history.records import Role  # noqa: E402
 from app.history.store import ChatStore  # noqa: E402
@@ -111,14 +112,14 @@ def test_every_bar_control_round_trips_through_the_settings_file(qtbot, tiny, is
         return load_settings()[0]
 
     qtbot.keyClick(w.bar.length, Qt.Key.Key_Right)  # the draft length slider: 4 -> 5
-    assert saved().draft_max == 5 and type(saved().draft_max) is int
+    assert saved().draft_max == DraftLength.fixed(5) and type(saved().draft_max) is DraftLength
     qtbot.mouseClick(w.bar.auto, Qt.MouseButton.LeftButton)
-    assert saved().draft_max == "auto"
+    assert saved().draft_max == DraftLength.AUTO
     w.bar.drafter.setFocus()
     index = w.bar.drafter.currentIndex()
     qtbot.keyClick(w.bar.drafter, Qt.Key.Key_Up if index else Qt.Key.Key_Down)
     s = saved()
-    assert s.drafter == w.bar.current_drafter() and s.drafter != str(installed["drafter"]) and s.drafter_chosen
+    assert s.drafter == w.bar.current_drafter() and s.drafter != DraftSpec(installed["drafter"]) and s.drafter_chosen
     for action, field in ((w.act_rejected, "show_rejected"), (w.act_highlight, "highlight")):
         before = getattr(saved(), field)
         qtbot.mouseClick(toolbar_button(w, action), Qt.MouseButton.LeftButton)

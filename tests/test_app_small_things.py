@@ -145,7 +145,8 @@ def test_the_pairs_download_size_is_one_figure_everywhere(qtbot, tiny, isolated_
 
 def test_the_pairs_memory_is_the_hardware_tabs_figure(qtbot, real_pair, isolated_home):
     """The catalog said 3 GB where the Hardware tab computed the same pair's need from its files."""
-    from app.core.settings import AppSettings, save_settings, with_lookup
+    from app.core.settings import AppSettings, save_settings
+    from engine.decoding.draft_choice import DraftSpec
     from app.models.models_dialog import ModelsDialog
 
     folder = isolated_home / "data" / "models"
@@ -153,7 +154,7 @@ def test_the_pairs_memory_is_the_hardware_tabs_figure(qtbot, real_pair, isolated
     target, drafter = (folder / p.name for p in real_pair)
     for link, real in zip((target, drafter), real_pair):
         link.symlink_to(real)
-    save_settings(AppSettings(target=str(target), drafter=with_lookup(drafter), first_run_done=True, n_threads=1))
+    save_settings(AppSettings(target=str(target), drafter=DraftSpec.with_lookup(drafter), first_run_done=True, n_threads=1))
     from app.control.controller import ChatController
 
     controller = ChatController()  # not started: nothing loads, the dialog reads the files' headers only

@@ -15,6 +15,7 @@ from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, 
 
 from app.history.store import database_path  # noqa: E402
 from app.core.theme import LIGHT_COLOURS, Mark, mark_format  # noqa: E402
+from engine.decoding.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.events import FinishReason, TokenEvent, TokenSource  # noqa: E402
 
 STYLE_FIELDS = (
@@ -233,7 +234,7 @@ def test_changing_the_drafter_during_a_reply_stops_it_then_reloads(qtbot, tiny, 
     finally:
         gate.set()
         w.controller.worker.sig_event.disconnect(hold)
-    assert loaded.args[0].request.drafter == "lookup"
+    assert loaded.args[0].request.drafter == DraftSpec.LOOKUP
     assert w.controller.messages[-1].finish_reason == FinishReason.CANCELLED
     assert "stopped to switch models" in w.notice.text()
     w.controller.update_settings(max_tokens=40)

@@ -6,7 +6,7 @@ import pytest
 
 from engine.errors import ContextFullError, EngineError, IncompatiblePairError, ModelFileError
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.policy import DraftRequest
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
@@ -42,7 +42,7 @@ def assert_numerical_tie(session, prompt_tokens, prefix, spec_tok, plain_tok):
     """Where greedy outputs differ, the target's two candidates must be a near-exact tie."""
     model = session.target
     model.clear()
-    row = model.decode(list(prompt_tokens) + list(prefix), "last")[0].astype(np.float64)
+    row = model.decode(list(prompt_tokens) + list(prefix), Logits.LAST)[0].astype(np.float64)
     gap = abs(row[spec_tok] - row[plain_tok])
     assert gap <= 1e-4 * max(1.0, abs(row).max()), (
         f"greedy outputs differ at token {len(prefix)} by more than a numerical tie (logit gap {gap})"

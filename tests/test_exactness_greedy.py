@@ -14,7 +14,7 @@ import pytest
 
 import tiny_models
 from engine.decoding.events import DoneEvent, DraftKind, FinishReason, RoundEvent, TokenEvent
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
 
@@ -27,10 +27,10 @@ def argmax_chain(path, prompt: list[int], n: int) -> list[int]:
     """The target's greedy continuation, one token at a time, not stopping at anything."""
     model = LlamaModel(path, ONE_THREAD)
     try:
-        row, out = model.decode(prompt, "last")[0], []
+        row, out = model.decode(prompt, Logits.LAST)[0], []
         for _ in range(n):
             out.append(int(np.argmax(row)))
-            row = model.decode(out[-1:], "last")[0]
+            row = model.decode(out[-1:], Logits.LAST)[0]
         return out
     finally:
         model.close()

@@ -16,7 +16,8 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal  # noqa: E402
 from test_app_support import install_tiny  # noqa: E402
 
 from app.core.engine_thread.worker import EngineWorker, LoadRequest  # noqa: E402
-from engine.decoding.llama_backend import LlamaModel, LoadSettings  # noqa: E402
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits  # noqa: E402
+from engine.decoding.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 from engine.errors import LoadCancelled  # noqa: E402
 
@@ -63,7 +64,7 @@ def test_a_load_cancelled_at_a_fraction_raises_and_leaves_nothing_open(tiny):
     assert not mapped(path)
     m = LlamaModel(path, LoadSettings(n_ctx=256))  # the next load works
     try:
-        assert m.decode([1, 2, 3], "last").shape == (1, m.n_vocab)
+        assert m.decode([1, 2, 3], Logits.LAST).shape == (1, m.n_vocab)
     finally:
         m.close()
 
@@ -146,7 +147,7 @@ def test_a_real_load_cancelled_from_another_thread_frees_the_weights(real_pair):
 
 
 
-# -- the engine thread (app/core/worker.py) ---------------------------------------------------------
+# -- the engine thread (app/core/engine_thread/worker.py) ---------------------------------------------------------
 
 LOAD_TIMEOUT_MS = 120_000
 
@@ -301,5 +302,5 @@ def test_picking_another_pair_mid_load_cancels_the_old_load_quietly(qtbot, tiny,
         gate.set()
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)
     assert failures == [(first.drafter, LoadCancelled)]
-    assert w.controller.loaded.request.drafter == "lookup"
+    assert w.controller.loaded.request.drafter == DraftSpec.LOOKUP
     assert not w.notice.isVisible()  # a cancel that was asked for is not an error

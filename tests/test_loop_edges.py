@@ -8,7 +8,7 @@ import pytest
 
 from engine.decoding.drafters import ModelDrafter
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.policy import DraftRequest
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
@@ -27,7 +27,7 @@ def drafter_model(tiny):
 
 def first_guess(model: LlamaModel) -> int:
     model.clear()
-    guess = int(np.argmax(model.decode(CONTEXT, "last")[0]))
+    guess = int(np.argmax(model.decode(CONTEXT, Logits.LAST)[0]))
     model.clear()
     return guess
 

@@ -16,7 +16,7 @@ import pytest
 
 from engine.decoding.drafters import CombinedDrafter, Draft, Drafter, LookupDrafter, ModelDrafter, keep_all
 from engine.decoding.history_index import HistoryIndex
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
 from engine.decoding.sampling import SamplingParams
 from engine.errors import ContextFullError
@@ -46,9 +46,9 @@ def drafter(models):
 def rows_along(oracle: LlamaModel, context: list[int], tokens: list[int]) -> list[np.ndarray]:
     """The reference's logits rows after `context` and after each of `tokens`, from an empty cache."""
     oracle.clear()
-    rows = [np.array(oracle.decode(context, "last")[0], dtype=np.float32)]
+    rows = [np.array(oracle.decode(context, Logits.LAST)[0], dtype=np.float32)]
     for t in tokens:
-        rows.append(np.array(oracle.decode([t], "last")[0], dtype=np.float32))
+        rows.append(np.array(oracle.decode([t], Logits.LAST)[0], dtype=np.float32))
     oracle.clear()
     return rows
 
@@ -56,12 +56,12 @@ def rows_along(oracle: LlamaModel, context: list[int], tokens: list[int]) -> lis
 def argmax_chain(oracle: LlamaModel, context: list[int], k: int) -> tuple[list[int], list[float]]:
     """The drafter model's greedy continuation and each token's softmax probability (float64)."""
     oracle.clear()
-    row, tokens, probs = oracle.decode(context, "last")[0], [], []
+    row, tokens, probs = oracle.decode(context, Logits.LAST)[0], [], []
     for _ in range(k):
         x = row.astype(np.float64)
         tokens.append(int(np.argmax(x)))
         probs.append(float(1.0 / np.exp(x - x.max()).sum()))
-        row = oracle.decode(tokens[-1:], "last")[0]
+        row = oracle.decode(tokens[-1:], Logits.LAST)[0]
     oracle.clear()
     return tokens, probs
 
@@ -156,7 +156,7 @@ def test_a_draft_stops_when_the_drafters_cache_is_full(drafter, models):
     # it had read the context; each drafted token but the last is read too, up to a full cache
     assert len(draft.tokens) == 4 and len(models[0].kv) == n_ctx
     with pytest.raises(ContextFullError):
-        models[0].decode([5], "last")
+        models[0].decode([5], Logits.LAST)
 
 
 def test_two_unread_tokens_go_with_the_first_step_and_three_are_a_catch_up(drafter, models):

@@ -20,7 +20,7 @@ import pytest
 import engine.decoding.speculative as speculative
 from engine.decoding.drafters import Draft, Drafter, ModelDrafter, keep_all
 from engine.decoding.events import DoneEvent, DraftKind, FinishReason, RoundEvent, TokenEvent, TokenSource
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.policy import MODEL_KEY, AutoK, CostModel, DraftKey, DraftRequest, FixedK
 from engine.decoding.sampling import Distribution, SamplingParams
 from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled
@@ -164,23 +164,23 @@ def fresh(models):
 def plain_rows(oracle: LlamaModel, prompt: list[int], tokens: list[int]) -> list[np.ndarray]:
     """The target's logits before each of `tokens` (and after the last), decoded from an empty cache."""
     oracle.clear()
-    rows = [np.array(oracle.decode(prompt, "last")[0], dtype=np.float64)]
+    rows = [np.array(oracle.decode(prompt, Logits.LAST)[0], dtype=np.float64)]
     for t in tokens:
         if len(oracle.kv) == oracle.n_ctx:
             break
-        rows.append(np.array(oracle.decode([t], "last")[0], dtype=np.float64))
+        rows.append(np.array(oracle.decode([t], Logits.LAST)[0], dtype=np.float64))
     oracle.clear()
     return rows
 
 
 def argmax_chain(oracle: LlamaModel, prompt: list[int], n: int) -> list[int]:
     oracle.clear()
-    row, out = oracle.decode(prompt, "last")[0], []
+    row, out = oracle.decode(prompt, Logits.LAST)[0], []
     for _ in range(n):
         out.append(int(np.argmax(row)))
         if len(oracle.kv) == oracle.n_ctx:
             break
-        row = oracle.decode(out[-1:], "last")[0]
+        row = oracle.decode(out[-1:], Logits.LAST)[0]
     oracle.clear()
     return out
 

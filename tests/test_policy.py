@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from engine.decoding.events import DraftKind, RoundEvent
+from engine.decoding.draft_choice import DraftLength
 from engine.decoding.policy import MODEL_KEY, AutoK, CostModel, DraftKey, FixedK, RoundOutcome, make_policy
 from engine.decoding.session import GenerationSettings, Session
 
@@ -121,7 +122,7 @@ def test_fixed_k_is_exactly_what_was_asked():
     p = FixedK(5)
     assert p.request(16).model_k == 5 and p.request(16).lookup_k == 5 and p.prune(LOOKUP2, 5) == 5
     assert p.request(3).model_k == 3
-    assert make_policy(0, CostModel(), True).drafts is False and make_policy("auto", CostModel(), True).label == "auto"
+    assert make_policy(DraftLength.parse(0), CostModel(), True).drafts is False and make_policy(DraftLength.parse("auto"), CostModel(), True).label == "auto"
 
 
 def test_catchup_is_priced_per_block_not_per_draft_token():

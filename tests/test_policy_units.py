@@ -6,6 +6,7 @@ import math
 import pytest
 
 from engine.decoding.events import DraftKind
+from engine.decoding.draft_choice import DraftLength
 from engine.decoding.policy import (  # noqa: I001
     _Probe,
     MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
@@ -92,15 +93,15 @@ def test_fixed_k_and_make_policy():
     with pytest.raises(ValueError):
         FixedK(-1)
     with pytest.raises(ValueError):
-        make_policy(-2, CostModel(), True)
+        make_policy(DraftLength.parse(-2), CostModel(), True)
     f = FixedK(6)
     assert f.label == "fixed k=6" and f.drafts
     assert f.request(10) == DraftRequest(6, 6) and f.request(4) == DraftRequest(4, 4)
     assert f.request(0) == DraftRequest(0, 0) and f.request(-1) == DraftRequest(0, 0)
     assert not FixedK(0).drafts and not NoDraft().drafts and NoDraft().request(8) == DraftRequest()
-    assert isinstance(make_policy(0, CostModel(), True), NoDraft)
-    assert isinstance(make_policy("3", CostModel(), True), FixedK) and make_policy(3, CostModel(), True).k == 3
-    auto = make_policy("auto", CostModel(), False)
+    assert isinstance(make_policy(DraftLength.parse(0), CostModel(), True), NoDraft)
+    assert isinstance(make_policy(DraftLength.parse("3"), CostModel(), True), FixedK) and make_policy(DraftLength.parse(3), CostModel(), True).k == 3
+    auto = make_policy(DraftLength.parse("auto"), CostModel(), False)
     assert isinstance(auto, AutoK) and auto.drafter_is_model is False
 
 
@@ -397,7 +398,7 @@ def test_lookup_tables_hang_off_the_lookup_kind_and_make_policy_keeps_the_costs(
     auto.observe(outcome(k=3, drafted=3, accepted=3, key=LOOKUP3))
     assert len(auto.table(DraftKey(DraftKind.LOOKUP)).pooled) == 3 and len(auto.table(MODEL_KEY).pooled) == 0
     c = CostModel()
-    assert make_policy("auto", c, True).costs is c
+    assert make_policy(DraftLength.parse("auto"), c, True).costs is c
     assert AutoK(priced({n: 0.1 for n in range(1, 40)})).k_max == 16
     with pytest.raises(ValueError, match="^draft length must be 0 or more$"):
         FixedK(-1)

@@ -7,7 +7,7 @@ import pytest
 from engine.decoding.compat import incompatibilities, vocab_of_file, vocab_of_model
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
 from engine.gguf_check import validate_gguf
-from engine.decoding.llama_backend import LoadSettings
+from engine.decoding.llama_backend import LoadSettings, Logits
 from engine.decoding.session import GenerationSettings, Session
 
 PROMPT = "Write a Python function that returns the square of a number."
@@ -43,7 +43,7 @@ def test_greedy_speculative_equals_plain_on_the_real_pair(real):
         i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
         prompt = real.render(msgs).tokens
         real.target.clear()
-        row = np.array(real.target.decode(prompt + want[:i], "last")[0], dtype=np.float64)
+        row = np.array(real.target.decode(prompt + want[:i], Logits.LAST)[0], dtype=np.float64)
         real.target.clear()
         assert abs(row[got[i]] - row[want[i]]) < 1e-2, f"diverged at token {i} without a tie"
     st = spec[-1].stats

@@ -35,7 +35,7 @@ from scipy import stats as sst
 
 import engine.decoding.sampling as sampling
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
 import tiny_models
@@ -95,7 +95,7 @@ class Reference:
             if have == len(tokens):
                 self.model.truncate(have - 1)
                 have -= 1
-            row = Row(np.array(self.model.decode(tokens[have:], "last")[0], dtype=np.float32))
+            row = Row(np.array(self.model.decode(tokens[have:], Logits.LAST)[0], dtype=np.float32))
             ref = float64_reference(row, *self.chain)
             assert_same(row, ref, llama_distribution(row.logits, *self.chain), self.chain, 1e-4, "llama.cpp",
                         llama_rtol(row.logits, self.chain[0]))

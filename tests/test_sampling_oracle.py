@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.decoding.llama_backend import LlamaModel, LoadSettings
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.sampling import SamplingParams, distribution
 from llama_oracle import TOL, Row, assert_same, float64_reference, llama_distribution, llama_rtol
 
@@ -70,7 +70,7 @@ def vocabulary_rows() -> dict[str, np.ndarray]:
 def model_rows(path, text: str) -> np.ndarray:
     model = LlamaModel(path, LoadSettings(n_ctx=256, n_threads=1))
     try:
-        return np.array(model.decode(model.tokenize(text, add_special=True), "all"), dtype=np.float32)
+        return np.array(model.decode(model.tokenize(text, add_special=True), Logits.ALL), dtype=np.float32)
     finally:
         model.close()
 

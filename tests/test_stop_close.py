@@ -21,7 +21,7 @@ from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_a
 
 from engine.decoding.drafters import ModelDrafter  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent  # noqa: E402
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest  # noqa: E402
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits, StopRequest  # noqa: E402
 from engine.decoding.session import GenerationSettings, Session  # noqa: E402
 from engine.errors import Interrupted  # noqa: E402
 
@@ -182,19 +182,19 @@ def test_a_stop_set_before_a_pass_ends_it_part_way_and_the_cache_is_as_before(ti
     try:
         stop = StopRequest()
         m.watch(stop)
-        m.decode([1, 17, 42], "none")
+        m.decode([1, 17, 42], Logits.NONE)
         stop.set()
         with pytest.raises(Interrupted):
-            m.decode([99, 7, 23], "all")
+            m.decode([99, 7, 23], Logits.ALL)
         assert m.kv == [1, 17, 42] and m.cache_is_consistent()
         stop.clear()
-        rows = np.array(m.decode([99, 7, 23], "all"))
+        rows = np.array(m.decode([99, 7, 23], Logits.ALL))
         m.clear()
-        reference = np.array(m.decode([1, 17, 42, 99, 7, 23], "all"))[3:]
+        reference = np.array(m.decode([1, 17, 42, 99, 7, 23], Logits.ALL))[3:]
         assert np.array_equal(rows, reference)  # the interrupted pass left nothing behind
         m.watch(None)  # not watched: a set request no longer ends passes
         m.clear()
-        m.decode([1, 17, 42], "none")
+        m.decode([1, 17, 42], Logits.NONE)
         assert m.kv == [1, 17, 42]
     finally:
         m.close()
@@ -206,10 +206,10 @@ class _StoppingTarget(LlamaModel):
 
     stop: StopRequest | None = None
 
-    def decode(self, tokens, logits="last"):
-        if logits == "all" and self.stop is not None and self.passes_seen_verify == 1:
+    def decode(self, tokens, logits=Logits.LAST):
+        if logits is Logits.ALL and self.stop is not None and self.passes_seen_verify == 1:
             self.stop.set()
-        if logits == "all":
+        if logits is Logits.ALL:
             self.passes_seen_verify += 1
         return super().decode(tokens, logits)
 

@@ -15,6 +15,7 @@ from engine.decoding.events import FinishReason
 from app.chat.actions import MessageAction
 from app.chat.app_links import LinkKind, href as app_href
 from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
+from app.core.drafter_names import recorded_drafter
 from app.chat.reply_document import ReplyWriter
 from app.history.records import Message, Role
 
@@ -63,7 +64,7 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
     else:
         tip = settings_tip(m) if (m.settings or m.target) else ""
         w.insert(pair_label(m) or "Draftlight", _with_tip(f.header, tip))
-        words = settings_label(m.settings, drafted=m.drafter not in ("", "none"))
+        words = settings_label(m.settings, drafted=recorded_drafter(m.drafter).drafts)
         if words:
             w.insert(_SEP + words, _with_tip(f.small, tip))
     if m.variants > 1:

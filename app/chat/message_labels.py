@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.history.records import Message
+from engine.decoding.draft_choice import DraftLength
 from engine.decoding.events import Certainty
 
+from app.core.drafter_names import recorded_drafter
 from app.history.reply_stats import ReplyStats, modes_label, pace, verdict
 
 _MODEL_SUFFIX = ".gguf"
@@ -22,7 +24,7 @@ def pair_label(m: Message) -> str:
     target = model_name(m.target)
     if not target:
         return ""
-    if not m.drafter or m.drafter == "none":
+    if not recorded_drafter(m.drafter).drafts:
         return f"{target} alone"
     return f"{target} ← {model_name(m.drafter)}"
 
@@ -31,12 +33,20 @@ def _num(v: Any) -> str:
     return f"{v:g}" if isinstance(v, (int, float)) else str(v)
 
 
+def recorded_length(s: dict[str, Any]) -> DraftLength | None:
+    """The draft length a reply's recorded settings name; None when they name none (or none readable)."""
+    try:
+        return DraftLength.parse(s["draft_max"])
+    except (KeyError, ValueError):
+        return None
+
+
 def settings_label(s: dict[str, Any], drafted: bool = True) -> str:
     """Draft length and sampling in a few words: 'k=4 · T=0.7, top-p 0.95, top-k 40, min-p 0.05'."""
     parts = []
-    k = s.get("draft_max")
+    k = recorded_length(s)
     if drafted and k is not None:
-        parts.append("Auto" if k == "auto" else f"k={k}")
+        parts.append(k.label)
     t = s.get("temperature")
     if t is not None:
         if t == 0:
@@ -59,9 +69,9 @@ def settings_tip(m: Message) -> str:
     """Everything the reply was made with, one item a line (the header's tooltip)."""
     s = m.settings
     lines = [f"Target: {m.target or '–'}", f"Drafter: {m.drafter or '–'}"]
-    k = s.get("draft_max")
+    k = recorded_length(s)
     if k is not None:
-        lines.append("Draft length: Auto" if k == "auto" else f"Draft length: {k}")
+        lines.append(f"Draft length: {'Auto' if k.is_auto else k.k}")
     for key, label in (("temperature", "Temperature"), ("top_k", "Top-k"), ("top_p", "Top-p"), ("min_p", "Min-p"),
                        ("seed", "Seed"), ("max_tokens", "Max tokens")):
         if key in s:
@@ -88,7 +98,8 @@ class Footer:
 
 
 def footer(m: Message) -> Footer:
-    auto = m.settings.get("draft_max") == "auto" if m.settings else (m.stats is not None and m.stats.draft_mode == "auto")
+    recorded = recorded_length(m.settings)
+    auto = (recorded is not None and recorded.is_auto) if m.settings else (m.stats is not None and m.stats.auto)
     # The engine's totals, once known, give every number shown here (the rounds add only the speed
     # series, which a footer does not show): a redraw need not read the rounds back.
     rounds = [] if m.stats is not None else list(m.rounds.values())

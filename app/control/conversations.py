@@ -297,6 +297,6 @@ class Conversations(QObject):
             snap = live.snapshot()
             self.sig_stats.emit(snap, DONE_TITLE if snap.finished else LIVE_TITLE)
         else:
-            auto = last.stats.draft_mode == "auto" if last.stats else True
+            auto = last.stats.auto if last.stats else True
             rounds = [last.rounds[k] for k in sorted(last.rounds)]
             self.sig_stats.emit(ReplyStats.of_rounds(rounds, last.stats, auto).snapshot(), "Last reply")

@@ -12,43 +12,51 @@ It knows nothing of conversations or replies: a switch that must stop running wo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from engine.errors import LoadCancelled, ModelFileError
-from engine.decoding.session import LoadSettings
+from engine.decoding.draft_choice import DraftSpec
+from engine.decoding.session import LoadSettings, LoadStage
 
 from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, list_models
 from app.control.preferences import Preferences
 from app.control.tasks import Task, TaskState
 from app.core.background import disconnect_all, run_in_background
+from app.core.drafter_names import drafter_label
 from app.core.errors import Action, Level, Notice, explain
-from app.core.settings import DRAFT_LOOKUP, DRAFT_NONE, AppSettings, drafter_model, with_lookup
+from app.core.settings import AppSettings
 from app.core.engine_thread.worker import EngineWorker, LoadedInfo, LoadRequest
 
 
-def drafter_label(drafter: str) -> str:
-    """A drafter choice as people read it (and as replies record it)."""
-    if drafter == DRAFT_NONE:
-        return "none"
-    if drafter == DRAFT_LOOKUP:
-        return "prompt lookup"
-    model = drafter_model(drafter)
-    name = Path(model).name if model else drafter
-    return f"prompt lookup + {name}" if model != drafter else name
+@dataclass(frozen=True, slots=True)
+class LoadState:
+    """What the status bar says about the models."""
+
+    text: str
+    """The line shown."""
+    progress: float | None = None
+    """How far a load is, 0-1; None: no progress bar."""
 
 
-def pair_problem(target: str, drafter: str) -> str | None:
+def pair_problem(target: str, drafter: DraftSpec | str) -> str | None:
     """Why this pair cannot be loaded as it is named (a file gone), or None."""
     if not target:
         return "no target model is named"
     if not Path(target).is_file():
         return f"{Path(target).name} is not installed any more ({target})"
-    model = drafter_model(drafter)
-    if model is not None and not Path(model).is_file():
-        return f"the drafter {Path(model).name} is not installed any more ({model})"
+    model = DraftSpec.parse(drafter).model
+    if model is not None and not model.is_file():
+        return f"the drafter {model.name} is not installed any more ({model})"
     return None
+
+
+# What the status bar says in each load stage; a busy bar for the stages without a fraction.
+_STAGE_TEXT = {LoadStage.TARGET: "Loading the target…", LoadStage.DRAFTER: "Loading the drafter…",
+               LoadStage.MEASURING: "Measuring this machine's speed…",
+               LoadStage.DRAFTER_CPU_COPY: "Making a faster copy of the drafter for this CPU (once, about 30 s)…"}
 
 
 class Pairing(QObject):
@@ -56,12 +64,12 @@ class Pairing(QObject):
 
     sig_notice = Signal(object)
     """Show a Notice above the chat."""
-    sig_load_state = Signal(str, float)
-    """Model state for the status bar: text, and progress 0-1 (negative: no progress bar)."""
+    sig_load_state = Signal(object)
+    """Model state for the status bar (LoadState)."""
     sig_models = Signal(object, str)
     """Installed models (list[ModelEntry]) and the current target path."""
-    sig_drafters = Signal(object, str)
-    """Drafter options for the target (list[DrafterOption]) and the current drafter choice."""
+    sig_drafters = Signal(object, object)
+    """Drafter options for the target (list[DrafterOption]) and the current drafter choice (DraftSpec)."""
     sig_no_models = Signal()
     """No model is installed and none is chosen: offer the ways to get one."""
     sig_loaded = Signal(object)
@@ -85,7 +93,7 @@ class Pairing(QObject):
         self.closed = False
         self._scan_generation = 0
         self._drafters_generation = 0
-        self._pending_pair: tuple[str, str] | None = None
+        self._pending_pair: tuple[str, DraftSpec] | None = None
         self.worker = worker
         self._request_load.connect(worker.load)
         self._links = ((worker.sig_load_progress, self._on_load_progress), (worker.sig_loaded, self._on_loaded),
@@ -104,7 +112,7 @@ class Pairing(QObject):
         elif (new.drafter, new.n_ctx, new.n_gpu_layers, new.n_threads) != (old.drafter, old.n_ctx, old.n_gpu_layers, old.n_threads):
             self.ensure_loaded()
 
-    def use_pair(self, target: str, drafter: str) -> None:
+    def use_pair(self, target: str, drafter: DraftSpec | str) -> None:
         """Switch to this pair now, as if the person chose it; its load is queued before anything
         asked for after this call."""
         old = self.prefs.update(target=target, drafter=drafter)
@@ -118,7 +126,7 @@ class Pairing(QObject):
         self._scan_generation += 1
         gen = self._scan_generation
         s = self.settings
-        extra = [p for p in (s.target, drafter_model(s.drafter)) if p]
+        extra = [p for p in (s.target, s.drafter.model) if p]
 
         def done(result) -> None:
             if gen != self._scan_generation or self.closed:
@@ -135,7 +143,7 @@ class Pairing(QObject):
                 self.prefs.adopt(target=str(self.models[0].path))
             self.sig_models.emit(self.models, self.settings.target)
             if not self.models and not self.settings.target:
-                self.sig_load_state.emit("No model installed", -1)
+                self.sig_load_state.emit(LoadState("No model installed"))
                 self.sig_no_models.emit()
                 return
             self.refresh_drafters(then_load=then_load)
@@ -158,17 +166,15 @@ class Pairing(QObject):
             if gen != self._drafters_generation or self.closed:
                 return
             self.drafters = options
-            compatible = [str(o.model.path) for o in options if o.compatible]
+            compatible = [Path(o.model.path) for o in options if o.compatible]
             drafter = self.settings.drafter
-            model = drafter_model(drafter)
-            if model is not None and model not in compatible:
+            if drafter.model is not None and drafter.model not in compatible:
                 # The chosen drafter cannot pair with this target: take the smallest that can, else lookup.
-                drafter = (with_lookup(compatible[0]) if drafter != model else compatible[0]) if compatible \
-                    else DRAFT_LOOKUP
+                drafter = DraftSpec(compatible[0], drafter.lookup) if compatible else DraftSpec.LOOKUP
                 self.prefs.adopt(drafter=drafter)
-            elif drafter == DRAFT_LOOKUP and compatible and not self.settings.drafter_chosen:
+            elif drafter == DraftSpec.LOOKUP and compatible and not self.settings.drafter_chosen:
                 # Nobody chose: start in the fastest mode (prompt lookup + the model, under Auto).
-                drafter = with_lookup(compatible[0])
+                drafter = DraftSpec.with_lookup(compatible[0])
                 self.prefs.adopt(drafter=drafter)
             self.sig_drafters.emit(options, drafter)
             if then_load:
@@ -206,24 +212,19 @@ class Pairing(QObject):
             self.sig_notice.emit(Notice(f"{stopped} was stopped to switch models.", Level.INFO))
         self.loading = want
         self.load_error = None
-        self.sig_load_state.emit(f"Loading {want.target.name}…", 0.0)
+        self.sig_load_state.emit(LoadState(f"Loading {want.target.name}…", 0.0))
         self._request_load.emit(want)
 
-    def _on_load_progress(self, which: str, fraction: float) -> None:
-        names = {"target": "the target", "drafter": "the drafter"}
-        # Stages without a fraction (-1: a busy bar): timing the models, making the drafter's CPU copy.
-        busy = {"measuring": "Measuring this machine's speed…",
-                "drafter for this CPU": "Making a faster copy of the drafter for this CPU (once, about 30 s)…"}
-        text = busy.get(which) or f"Loading {names.get(which, which)}…"
-        self.sig_load_state.emit(text, -1 if which in busy else fraction)
+    def _on_load_progress(self, which: LoadStage, fraction: float) -> None:
+        self.sig_load_state.emit(LoadState(_STAGE_TEXT[which], fraction if which.has_fraction else None))
 
     def _on_loaded(self, info: LoadedInfo) -> None:
         self.loading = None
         self.loaded = info
         self.sig_loaded.emit(info)
         notes = f" — {'; '.join(info.notes)}" if info.notes else ""
-        self.sig_load_state.emit(f"Ready: {info.request.target.name} + {drafter_label(info.request.drafter)} "
-                                 f"(context {info.n_ctx}, loaded in {info.seconds:.1f} s){notes}", -1)
+        self.sig_load_state.emit(LoadState(f"Ready: {info.request.target.name} + {drafter_label(info.request.drafter)} "
+                                           f"(context {info.n_ctx}, loaded in {info.seconds:.1f} s){notes}"))
         self.ensure_loaded()  # the settings may have moved on while this loaded
 
     def _on_load_failed(self, req: LoadRequest, exc: BaseException, still: LoadedInfo | None) -> None:
@@ -232,8 +233,8 @@ class Pairing(QObject):
         self.load_error = exc
         if not isinstance(exc, LoadCancelled):  # asked for (a switch): the state line says enough
             self.sig_notice.emit(explain(exc))
-        self.sig_load_state.emit("Not loaded" if still is None else
-                                 f"Still using {still.request.target.name} + {drafter_label(still.request.drafter)}", -1)
+        self.sig_load_state.emit(LoadState("Not loaded" if still is None else
+                                           f"Still using {still.request.target.name} + {drafter_label(still.request.drafter)}"))
         want = self.wanted_load()
         if want is not None and want != req:
             self.ensure_loaded()
@@ -263,7 +264,8 @@ class Pairing(QObject):
             pair = result if isinstance(result, tuple) and len(result) == 2 else None
             if pair is not None and (task.use_pair or not self.settings.target):
                 # Chosen once the listing has them; a drafter model starts with prompt lookup in front.
-                self._pending_pair = (str(pair[0]), with_lookup(pair[1]) if drafter_model(str(pair[1])) else str(pair[1]))
+                drafter = DraftSpec.parse(str(pair[1]))
+                self._pending_pair = (str(pair[0]), DraftSpec.with_lookup(drafter.model) if drafter.model else drafter)
             self.sig_notice.emit(Notice(f"{task.title}: done.", Level.INFO))
         elif task.state == TaskState.FAILED and task.error is not None:
             self.sig_notice.emit(explain(task.error))

@@ -39,9 +39,9 @@ from app.control.preferences import Preferences
 from app.control.streaming_reply import LIVE_TITLE, StreamingReply
 from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
-from app.core.settings import AUTO, AppSettings
+from app.core.settings import AppSettings
 from app.core.settings import _coerce as settings_from_dict
-from app.core.worker import ContinueFrom, EngineWorker, ReplyRequest
+from app.core.engine_thread.worker import ContinueFrom, EngineWorker, ReplyRequest
 from app.history.records import EDITED, Message, Role
 from app.history.store import StoreError
 
@@ -354,7 +354,7 @@ class Replies(QObject):
     def _streaming(self, question: Message, reply: Message, s: AppSettings) -> StreamingReply:
         convs = self.conversations
         assert convs.current_id is not None
-        live = StreamingReply(reply, auto=s.draft_max == AUTO, store=self.store, conversation_id=convs.current_id,
+        live = StreamingReply(reply, auto=s.draft_max.is_auto, store=self.store, conversation_id=convs.current_id,
                               question=question)
         live.notice.connect(self.sig_notice)
         live.finished.connect(self._chat_finished)

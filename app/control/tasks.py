@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -20,7 +20,7 @@ from PySide6.QtCore import Signal
 from app.core.background import Worker
 
 
-class TaskState(str, Enum):
+class TaskState(StrEnum):
     """Where a task is."""
 
     RUNNING = "running"

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from engine.errors import (AttachmentError, ContextFullError, EngineError, IncompatiblePairError, LoadCancelled,
                            ModelFileError, ModelLoadError)
 from engine.models.default_pair import DefaultPairMissing
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     """The button a notice offers."""
 
     NONE = "none"
@@ -18,7 +18,7 @@ class Action(str, Enum):
     SETTINGS = "settings"
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     """How loud a notice is."""
 
     INFO = "info"

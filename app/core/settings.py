@@ -15,28 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.decoding.draft_choice import AUTO_TEXT, DraftLength, DraftSpec
+
 from app.core.files import set_aside
 from app.core.theme import Theme
 
 FILE_NAME = "settings.json"
-AUTO = "auto"
-DRAFT_NONE = "none"
-DRAFT_LOOKUP = "lookup"
-_WITH_LOOKUP = DRAFT_LOOKUP + "+"
-
-
-def with_lookup(model: str | Path) -> str:
-    """Prompt lookup first, then the model drafter: the mode a pair starts in. With Auto it is the
-    fastest measured mode on a CPU (lookup where the reply copies, the model where it pays, else
-    plain decoding) and model drafting wins on GPUs and Apple silicon, lookup adding on top."""
-    return f"{_WITH_LOOKUP}{model}"
-
-
-def drafter_model(drafter: str) -> str | None:
-    """The model file a drafter choice names ('PATH' or 'lookup+PATH'), or None for lookup and none."""
-    if drafter in ("", DRAFT_NONE, DRAFT_LOOKUP):
-        return None
-    return drafter[len(_WITH_LOOKUP):] if drafter.startswith(_WITH_LOOKUP) else drafter
+AUTO = DraftLength.AUTO
+"""Draft length chosen by measured costs (engine.decoding.draft_choice.DraftLength.AUTO)."""
+# The most a person may pick in the app (the engine takes more: the command line allows 64).
+MAX_DRAFT_LENGTH = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +33,15 @@ class AppSettings:
 
     target: str = ""
     """Path of the target model (empty: none chosen yet)."""
-    drafter: str = DRAFT_LOOKUP
-    """'none', 'lookup', the path of a drafter model, or 'lookup+PATH' (lookup first, then the model)."""
+    drafter: DraftSpec = DraftSpec.LOOKUP
+    """None, prompt lookup, a drafter model, or both (lookup first, then the model); stored as
+    'none', 'lookup', 'PATH' or 'lookup+PATH'. A pair starts as lookup + its model: with Auto that is the
+    fastest measured mode on a CPU (lookup where the reply copies, the model where it pays, else plain
+    decoding), and model drafting wins on GPUs and Apple silicon, lookup adding on top."""
     drafter_chosen: bool = False
     """The person picked the drafter; until then the pair starts as prompt lookup + its drafter model."""
-    draft_max: int | str = AUTO
-    """Draft length 1-16, or 'auto'."""
+    draft_max: DraftLength = AUTO
+    """Draft length 1-16, or Auto; stored as the number or 'auto'."""
     temperature: float = 0.0
     """0 = greedy."""
     top_k: int = 40
@@ -92,9 +83,19 @@ class AppSettings:
     history_cap_mb: int = 64
     """Most megabytes that index may hold, in memory and on disk."""
 
+    def __post_init__(self) -> None:
+        # Kinds are types whoever builds the settings (the file, a widget, a test): text is parsed once, here.
+        for name, parse in _PARSERS.items():
+            v = getattr(self, name)
+            typed = parse(v)
+            if typed is None:
+                raise ValueError(f"{v!r} is not a valid value for the setting {name!r}")
+            if typed is not v:
+                object.__setattr__(self, name, typed)
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["theme"] = Theme(self.theme).value
+        d.update(theme=self.theme.value, drafter=self.drafter.text, draft_max=self.draft_max.to_json())
         return d
 
 
@@ -105,8 +106,33 @@ def _is_base64(v: Any) -> bool:
         return False
 
 
+def _theme(v: Any) -> Theme | None:
+    try:
+        return Theme(v)
+    except ValueError:
+        return None
+
+
+def _draft_length(v: Any) -> DraftLength | None:
+    """'auto' or a whole number 1-16 (as the file holds it, or a DraftLength from a widget); None otherwise."""
+    if isinstance(v, bool) or not (isinstance(v, (DraftLength, int)) or v == AUTO_TEXT):
+        return None  # digits in a string were never written: the file holds a number
+    try:
+        length = DraftLength.parse(v)
+    except ValueError:
+        return None
+    return length if length.is_auto or 1 <= length.k <= MAX_DRAFT_LENGTH else None
+
+
+def _drafter(v: Any) -> DraftSpec | None:
+    return DraftSpec.parse(v) if isinstance(v, (DraftSpec, str)) else None
+
+
+# The settings that hold a kind: the parser from the stored text (or the type itself) to that kind,
+# None where a value cannot be one.
+_PARSERS = {"theme": _theme, "draft_max": _draft_length, "drafter": _drafter}
+
 _CHECKS = {
-    "draft_max": lambda v: v == AUTO or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16),
     "temperature": lambda v: isinstance(v, (int, float)) and 0 <= v <= 5,
     "top_k": lambda v: isinstance(v, int) and v >= 0,
     "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
@@ -129,11 +155,10 @@ _BAD = object()
 def _typed(name: str, v: Any, default: Any) -> Any:
     """`v` as the type the setting holds, or _BAD: JSON and Qt widgets both hand over plain
     values (a combo box's item data comes back as `str`, not as the enum that was put in)."""
-    if name == "theme":
-        try:
-            return Theme(v)
-        except ValueError:
-            return _BAD
+    parse = _PARSERS.get(name)
+    if parse is not None:
+        typed = parse(v)
+        return _BAD if typed is None else typed
     check = _CHECKS.get(name)
     if check is not None:
         if not check(v):

@@ -19,7 +19,7 @@ names the drafter).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPainter, QPalette, QPen, QTextCharFormat
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory
 from engine.decoding.events import TokenSource
 
 
-class Theme(str, Enum):
+class Theme(StrEnum):
     """Which palette the window uses."""
 
     SYSTEM = "system"
@@ -36,7 +36,7 @@ class Theme(str, Enum):
     DARK = "dark"
 
 
-class Mark(str, Enum):
+class Mark(StrEnum):
     """What a piece of reply text is, for styling: a token source, or a rejected draft token."""
 
     ACCEPTED = "accepted"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from engine import paths
@@ -106,7 +106,7 @@ _MIGRATIONS = {  # from schema N to N+1, run together with the version bump in o
 }
 
 
-class StoreMode(str, Enum):
+class StoreMode(StrEnum):
     """What the store could do with the history file at start-up."""
 
     WRITABLE = "writable"

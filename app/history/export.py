@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.attachments import fenced, human_size
 
+from app.core.drafter_names import recorded_drafter
 from app.history.records import Conversation, Message, Role
 
 FORMAT = "draftlight-chat"
@@ -34,7 +35,7 @@ def to_markdown(conv: Conversation, messages: Sequence[Message]) -> str:
         if m.edited:
             out += ["**Draftlight** (edited by you):", "", m.text, ""]
             continue
-        who = m.target + (f" with drafter {m.drafter}" if m.drafter and m.drafter != "none" else "")
+        who = m.target + (f" with drafter {m.drafter}" if recorded_drafter(m.drafter).drafts else "")
         out += [f"**Draftlight** ({who}):" if who else "**Draftlight:**", "", m.text, ""]
         if m.stats is not None:
             s = m.stats

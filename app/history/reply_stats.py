@@ -87,7 +87,7 @@ class ReplyStats:
 
     def finish(self, stats: Stats) -> None:
         self.final = stats
-        self.auto = stats.draft_mode == "auto"
+        self.auto = stats.auto
 
     def snapshot(self) -> StatsSnapshot:
         f = self.final

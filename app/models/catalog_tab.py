@@ -19,10 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.decoding.draft_choice import DraftSpec
 from engine.errors import EngineError
 
 from app.core.background import run_in_background
-from app.core.settings import with_lookup
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
 from engine.models.hardware import gigabytes
@@ -116,7 +116,7 @@ class PairCard(QFrame):
     def _use(self) -> None:
         if self.installed:
             t, d = self.installed
-            self.controller.update_settings(target=str(t), drafter=with_lookup(d))
+            self.controller.update_settings(target=str(t), drafter=DraftSpec.with_lookup(d))
 
 
 class CatalogTab(QWidget):
@@ -199,7 +199,7 @@ class CatalogTab(QWidget):
     def _install_default(self) -> None:
         if self._default_paths:
             t, d = self._default_paths
-            self.controller.update_settings(target=str(t), drafter=with_lookup(d))
+            self.controller.update_settings(target=str(t), drafter=DraftSpec.with_lookup(d))
             return
         from app.models.first_run import default_pair_task
 

@@ -10,7 +10,6 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QSpin
 from app.core.background import run_in_background
 from app.control.controller import ChatController
 from app.control.model_scan import human_bytes
-from app.core.settings import drafter_model
 
 
 class HardwareTab(QWidget):
@@ -93,8 +92,7 @@ class HardwareTab(QWidget):
         if not s.target or not Path(s.target).is_file():
             self.estimate.setText("Choose a target model to see what it needs.")
             return
-        model = drafter_model(s.drafter)
-        drafter = Path(model) if model else None
+        drafter = s.drafter.model
         n_ctx, ngl = self.n_ctx.value(), self.gpu_layers.value()
         self._generation += 1
         gen = self._generation

@@ -19,10 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.decoding.draft_choice import DraftLength, DraftSpec
+
 from app.control.model_scan import DrafterOption, ModelEntry, human_bytes
 from app.models.elided_combo import SHORT_ROLE, ElidedCombo
 from app.models.sampling_popover import SamplingPopover
-from app.core.settings import AUTO, DRAFT_LOOKUP, DRAFT_NONE, AppSettings, with_lookup
+from app.core.settings import AppSettings
 
 BROWSE = "__browse__"
 
@@ -32,10 +34,10 @@ class ModelBar(QWidget):
 
     sig_target_chosen = Signal(str)
     """A target model path was picked (from the list or a file dialog)."""
-    sig_drafter_chosen = Signal(str)
-    """'none', 'lookup' or a drafter model path was picked."""
+    sig_drafter_chosen = Signal(object)
+    """A drafter was picked (DraftSpec)."""
     sig_draft_length = Signal(object)
-    """Draft length changed: an int 1-16, or 'auto'."""
+    """Draft length changed (DraftLength: 1-16, or Auto)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -96,7 +98,7 @@ class ModelBar(QWidget):
         self.rows.addWidget(self.controls, 0)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.target.activated.connect(self._target_activated)
-        self.drafter.activated.connect(lambda _i: self.sig_drafter_chosen.emit(str(self.drafter.currentData())))
+        self.drafter.activated.connect(lambda _i: self.sig_drafter_chosen.emit(self.current_drafter()))
         self.length.valueChanged.connect(self._length_changed)
         self.auto.toggled.connect(self._length_changed)
         self._targets: list[ModelEntry] = []
@@ -144,48 +146,49 @@ class ModelBar(QWidget):
         self.target.blockSignals(False)
         self.target.update_tip()
 
-    def set_drafters(self, options: list[DrafterOption], current: str) -> None:
+    def set_drafters(self, options: list[DrafterOption], current: DraftSpec) -> None:
         """Only compatible drafters are offered, each with prompt lookup in front (the fastest mode
-        with Auto) and alone; then prompt lookup and none."""
+        with Auto) and alone; then prompt lookup and none. Each item's data is its DraftSpec's text."""
         self.drafter.blockSignals(True)
         self.drafter.clear()
         for o in options:
             if not o.compatible:
                 continue
             tip = f"{o.model.path}" + (f"\nNote: {o.warning}" if o.warning else "")
-            self.drafter.addItem(f"prompt lookup + {o.model.label}", with_lookup(o.model.path))
+            self.drafter.addItem(f"prompt lookup + {o.model.label}", DraftSpec.with_lookup(o.model.path).text)
             self.drafter.setItemData(self.drafter.count() - 1, f"lookup + {o.model.short_label}", SHORT_ROLE)
             self.drafter.setItemData(self.drafter.count() - 1,
                                      "Prompt lookup drafts where the reply copies the conversation, the model where "
                                      f"it does not; with Auto, each only where it pays.\n{tip}",
                                      Qt.ItemDataRole.ToolTipRole)
-            self.drafter.addItem(o.model.label, str(o.model.path))
+            self.drafter.addItem(o.model.label, DraftSpec(Path(o.model.path)).text)
             self.drafter.setItemData(self.drafter.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
             self.drafter.setItemData(self.drafter.count() - 1, o.model.short_label, SHORT_ROLE)
-        self.drafter.addItem("prompt lookup", DRAFT_LOOKUP)
+        self.drafter.addItem("prompt lookup", DraftSpec.LOOKUP.text)
         self.drafter.setItemData(self.drafter.count() - 1,
                                  "Drafts by copying what followed the same words earlier in the conversation: "
                                  "no second model, good for edits of given text", Qt.ItemDataRole.ToolTipRole)
-        self.drafter.addItem("none (plain decoding)", DRAFT_NONE)
+        self.drafter.addItem("none (plain decoding)", DraftSpec.NONE.text)
         self.drafter.setItemData(self.drafter.count() - 1, "none (plain)", SHORT_ROLE)  # fits a narrow picker
-        i = self.drafter.findData(current)
-        self.drafter.setCurrentIndex(i if i >= 0 else self.drafter.findData(DRAFT_LOOKUP))
+        i = self.drafter.findData(DraftSpec.parse(current).text)
+        self.drafter.setCurrentIndex(i if i >= 0 else self.drafter.findData(DraftSpec.LOOKUP.text))
         self.drafter.blockSignals(False)
         self.drafter.update_tip()
 
-    def drafter_choices(self) -> list[str]:
-        return [str(self.drafter.itemData(i)) for i in range(self.drafter.count())]
+    def drafter_choices(self) -> list[DraftSpec]:
+        return [DraftSpec.parse(self.drafter.itemData(i)) for i in range(self.drafter.count())]
 
-    def current_drafter(self) -> str:
-        return str(self.drafter.currentData())
+    def current_drafter(self) -> DraftSpec:
+        return DraftSpec.parse(self.drafter.currentData())
 
     def set_settings(self, s: AppSettings) -> None:
         self.length.blockSignals(True)
         self.auto.blockSignals(True)
-        self.auto.setChecked(s.draft_max == AUTO)
-        self.length.setValue(4 if s.draft_max == AUTO else int(s.draft_max))
-        self.length.setEnabled(s.draft_max != AUTO)
-        self.length_label.setText("" if s.draft_max == AUTO else f"k = {int(s.draft_max)}")
+        auto = s.draft_max.is_auto
+        self.auto.setChecked(auto)
+        self.length.setValue(4 if auto else s.draft_max.k)
+        self.length.setEnabled(not auto)
+        self.length_label.setText("" if auto else f"k = {s.draft_max.k}")
         self.length.blockSignals(False)
         self.auto.blockSignals(False)
         self.sampling.set_values(s)
@@ -207,4 +210,4 @@ class ModelBar(QWidget):
         auto = self.auto.isChecked()
         self.length.setEnabled(not auto)
         self.length_label.setText("" if auto else f"k = {self.length.value()}")
-        self.sig_draft_length.emit(AUTO if auto else self.length.value())
+        self.sig_draft_length.emit(DraftLength.AUTO if auto else DraftLength.fixed(self.length.value()))

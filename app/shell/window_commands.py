@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.commands import StandardKey, command, describe, key_sequences
-from app.core.settings import AUTO, AppSettings
+from app.core.settings import AppSettings
 from app.core.theme import Theme
 
 
@@ -202,7 +202,7 @@ class WindowCommands(QObject):
         """Check marks as the settings say (without acting on them again)."""
         for act, on in ((self.highlight, s.highlight), (self.rejected, s.show_rejected and s.highlight),
                         (self.chat_list, s.chat_list_shown), (self.stats, not s.stats_folded),
-                        (self.auto, s.draft_max == AUTO), (self.themes[s.theme], True)):
+                        (self.auto, s.draft_max.is_auto), (self.themes[s.theme], True)):
             act.blockSignals(True)
             act.setChecked(on)
             act.blockSignals(False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.decoding.history_index import HistoryIndex
-from engine.decoding.llama_backend import LlamaModel
+from engine.decoding.llama_backend import LlamaModel, Logits
 from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
 from engine.errors import Interrupted
@@ -80,7 +80,7 @@ def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None
             break
         block = tokens[done : done + READ_BLOCK]
         try:
-            model.decode(block, "none")
+            model.decode(block, Logits.NONE)
         except Interrupted:  # a stop inside the block's pass (llama_backend.StopRequest)
             break
         done += len(block)
@@ -174,7 +174,7 @@ class ModelDrafter(Drafter):
         if unread is None:
             return draft
         t0 = time.perf_counter()
-        row = m.decode(unread, "last")[0]
+        row = m.decode(unread, Logits.LAST)[0]
         for i in range(k):
             if params.greedy:
                 tok, prob = top_prob(row)
@@ -194,7 +194,7 @@ class ModelDrafter(Drafter):
             draft.q_probs.append(prob)
             if self.is_eog(tok) or i + 1 >= k or len(m.kv) >= m.n_ctx or (stop is not None and stop.is_set()):
                 break  # nothing follows an end of generation; a stop request is honoured between steps
-            row = m.decode([tok], "last")[0]
+            row = m.decode([tok], Logits.LAST)[0]
         draft.seconds = time.perf_counter() - t0
         return draft
 

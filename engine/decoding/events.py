@@ -11,8 +11,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from typing import Any
 
+from engine.decoding.draft_choice import AUTO_TEXT
 
-class TokenSource(str, Enum):
+
+class TokenSource(StrEnum):
     """Where an emitted token came from."""
 
     ACCEPTED = "accepted"  # proposed by the drafter, confirmed by the target
@@ -43,7 +45,7 @@ class Certainty(StrEnum):
     """Nothing to price plain decoding with (no calibration and no plain round yet)."""
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     STOP = "stop"  # the model ended its turn (end-of-generation token)
     LENGTH = "length"  # max_tokens reached
     CONTEXT_FULL = "context_full"  # no room left in the context window
@@ -271,7 +273,7 @@ class Stats:
     estimated_speedup: float | None
     """tokens_per_s / estimated_plain_tokens_per_s: is speculation helping on this machine, right now."""
     draft_mode: str
-    """How the draft length was chosen: 'auto', 'fixed k=N' or 'none'."""
+    """How the draft length was chosen: 'auto', 'fixed k=N' or 'none' (the policy's label, as stored)."""
     note: str = ""
     """Anything the user should know (fallback to plain decoding, turns dropped, ...)."""
     auto_rounds_before: int = 0
@@ -282,6 +284,11 @@ class Stats:
     """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds): which mode ran."""
     thinking_s: float | None = None
     """Seconds from the first token to the end of the reply's thinking (None: it did not think)."""
+
+    @property
+    def auto(self) -> bool:
+        """Auto chose the draft length."""
+        return self.draft_mode == AUTO_TEXT
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,17 @@ def _last_log_error() -> str:
         if line and ("error" in line.lower() or "failed" in line.lower()):
             return line
     return ""
+
+
+class Logits(StrEnum):
+    """Which rows of logits a decode hands back."""
+
+    LAST = "last"
+    """One row, for the last token: what comes next."""
+    ALL = "all"
+    """A row per token (all must fit one batch): the verify pass scores a whole draft."""
+    NONE = "none"
+    """No row: the tokens only fill the cache (prefill, catching a drafter up)."""
 
 
 class StopRequest(threading.Event):
@@ -296,15 +308,15 @@ class LlamaModel:
         flag = stop.flag if stop is not None else _NEVER
         lc.llama_set_abort_callback(self._ctx, reader, ctypes.cast(flag, ctypes.c_void_p))
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray:
-        """Append `tokens` to the cache in as few llama_decode calls as n_batch allows.
-
-        logits: "last" (one row), "all" (a row per token; must fit one batch) or "none".
+    def decode(self, tokens: Sequence[int], logits: Logits = Logits.LAST) -> np.ndarray:
+        """Append `tokens` to the cache in as few llama_decode calls as n_batch allows; `logits` says
+        which rows come back (Logits.ALL must fit one batch).
         Returns a read-only view of the rows, valid until the next decode.
         """
         if not tokens:
             raise EngineError("decode called with no tokens")
-        if logits == "all" and len(tokens) > self.n_batch:
+        logits = Logits(logits)
+        if logits is Logits.ALL and len(tokens) > self.n_batch:
             raise EngineError(f"cannot score {len(tokens)} tokens in one pass (n_batch {self.n_batch})")
         if len(self.kv) + len(tokens) > self.n_ctx:
             raise ContextFullError(
@@ -322,7 +334,7 @@ class LlamaModel:
                 b.pos[i] = pos0 + i
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = 0
-                b.logits[i] = last_chunk and (logits == "all" or (logits == "last" and i == len(chunk) - 1))
+                b.logits[i] = last_chunk and (logits is Logits.ALL or (logits is Logits.LAST and i == len(chunk) - 1))
             b.n_tokens = len(chunk)
             c0, t0 = time.process_time(), time.perf_counter()
             rc = lc.llama_decode(self._ctx, b)
@@ -340,7 +352,7 @@ class LlamaModel:
             self.kv.extend(chunk)
             self.tokens_decoded += len(chunk)
             if last_chunk:
-                n_rows = len(chunk) if logits == "all" else (1 if logits == "last" else 0)
+                n_rows = len(chunk) if logits is Logits.ALL else (1 if logits is Logits.LAST else 0)
         threads = self.n_threads if len(tokens) == 1 else self.n_threads_batch
         self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.cpu_bound else 1.0
         if n_rows == 0:

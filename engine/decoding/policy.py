@@ -39,6 +39,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 
+from engine.decoding.draft_choice import AUTO_TEXT, DraftLength
 from engine.decoding.events import DraftKind
 
 
@@ -320,6 +321,8 @@ class DraftPolicy(ABC):
     """Decides how much to draft (before proposing) and how much of a draft to verify (after)."""
 
     label: str = ""
+    rounds_seen: int = 0
+    """Rounds this policy has learned from, across replies (only AutoK learns; the others stay at 0)."""
 
     @abstractmethod
     def request(self, limit: int, behind: int = 0, remaining: int | None = None) -> DraftRequest:
@@ -469,7 +472,7 @@ class _Probe:
 class AutoK(DraftPolicy):
     """Maximise expected tokens per second from measured costs (see the module docstring)."""
 
-    label = "auto"
+    label = AUTO_TEXT
 
     def __init__(self, costs: CostModel, k_max: int = 16, drafter_is_model: bool = True) -> None:
         self.costs = costs
@@ -591,9 +594,8 @@ class AutoK(DraftPolicy):
         probe.again = was_probe and o.accepted == o.drafted
 
 
-def make_policy(draft_max: int | str, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
-    """The policy for a request's draft length: "auto", 0 (plain) or a fixed k."""
-    if draft_max == "auto":
+def make_policy(draft_max: DraftLength, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
+    """The policy for a request's draft length: Auto, k=0 (plain) or a fixed k."""
+    if draft_max.is_auto:
         return AutoK(costs, drafter_is_model=drafter_is_model)
-    k = int(draft_max)
-    return NoDraft() if k == 0 else FixedK(k)  # FixedK refuses a negative k
+    return NoDraft() if draft_max.k == 0 else FixedK(draft_max.k)

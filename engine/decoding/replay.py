@@ -285,10 +285,12 @@ def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[i
     at every position as the LookupDrafter runs it."""
     match = ""
     if drafter_model is not None:
+        from engine.decoding.llama_backend import Logits  # only here: the rest of replay runs without llama.cpp
+
         ctx = list(prompt) + list(reply)
         drafter_model.clear()
-        drafter_model.decode(ctx[: len(prompt) - 1], "none")
-        rows = drafter_model.decode(ctx[len(prompt) - 1 : -1], "all")  # row i predicts reply[i]
+        drafter_model.decode(ctx[: len(prompt) - 1], Logits.NONE)
+        rows = drafter_model.decode(ctx[len(prompt) - 1 : -1], Logits.ALL)  # row i predicts reply[i]
         guesses = np.argmax(rows[:, :target_vocab], axis=1)
         match = "".join("1" if int(g) == int(r) else "0" for g, r in zip(guesses, reply))
         drafter_model.clear()

@@ -14,22 +14,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 from engine.decoding import calibration, cpu_weights
 from engine.decoding.compat import check_pair, vocab_of_model
+from engine.decoding.draft_choice import DraftLength, DraftSpec
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, StopRequest, chat_renderer, supports_gpu_offload
+from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, supports_gpu_offload
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
 
-LOOKUP = "lookup"
-NONE = "none"
 #: Block sizes the target is timed at when a pair loads (drafts of 1-5 are the common ones, so
 #: they are measured, not interpolated), and the context depth they are timed at (a short chat).
 CALIBRATED_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
@@ -49,43 +49,40 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ("\n\nUser:", "\nUser:")
 
 
+class LoadStage(StrEnum):
+    """What a load is doing, as the `progress` callback of Session reports it."""
+
+    TARGET = "target"
+    """Reading the target model (with a fraction done)."""
+    DRAFTER = "drafter"
+    """Reading the drafter model (with a fraction done)."""
+    MEASURING = "measuring"
+    """Timing the models for Auto (no fraction: the caller announces it once the target is read)."""
+    DRAFTER_CPU_COPY = "drafter for this CPU"
+    """Making the drafter's copy for this CPU, once (no fraction)."""
+
+    @property
+    def has_fraction(self) -> bool:
+        """The stage reports how far it is (else it shows as busy)."""
+        return self in (LoadStage.TARGET, LoadStage.DRAFTER)
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationSettings:
     """Per-request choices."""
 
     sampling: SamplingParams = SamplingParams()
     """Temperature, top-k, top-p, min-p, seed."""
-    draft_max: int | str = "auto"
-    """Draft length k, or "auto" to let measured costs decide (0 = plain decoding)."""
+    draft_max: DraftLength = DraftLength.AUTO
+    """Draft length k, or Auto to let measured costs decide (k=0: plain decoding). An int or 'auto' is
+    read as one (DraftLength.parse), so callers may pass the text of a setting or a flag."""
     max_tokens: int = 512
     """Most tokens in the reply."""
     p_min: float = 0.0
     """Model drafter stops drafting when its top probability falls below this."""
 
-
-@dataclass(frozen=True, slots=True)
-class DraftSpec:
-    """Which drafter: a GGUF model, prompt lookup, both (lookup first), or none."""
-
-    model: Path | None = None
-    lookup: bool = False
-
-    @staticmethod
-    def parse(text: str | None) -> "DraftSpec":
-        """'none', 'lookup', 'PATH.gguf' or 'lookup+PATH.gguf'."""
-        if not text or text == NONE:
-            return DraftSpec()
-        if text == LOOKUP:
-            return DraftSpec(lookup=True)
-        if text.startswith(LOOKUP + "+"):
-            return DraftSpec(model=Path(text[len(LOOKUP) + 1 :]), lookup=True)
-        return DraftSpec(model=Path(text))
-
-    @property
-    def label(self) -> str:
-        if self.model and self.lookup:
-            return f"lookup+{self.model.name}"
-        return self.model.name if self.model else (LOOKUP if self.lookup else NONE)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draft_max", DraftLength.parse(self.draft_max))
 
 
 @dataclass
@@ -106,7 +103,7 @@ class Session:
         draft: DraftSpec | str | None = None,
         target_load: LoadSettings = LoadSettings(),
         draft_load: LoadSettings | None = None,
-        progress: Callable[[str, float], None] | None = None,
+        progress: Callable[[LoadStage, float], None] | None = None,
         calibrate: bool = True,
         cancel: threading.Event | None = None,
     ) -> None:
@@ -114,7 +111,7 @@ class Session:
         everything loaded so far is freed."""
         self._draft_load = draft_load or target_load
         self._progress = progress
-        self.target = LlamaModel(target, target_load, progress=(lambda v: progress("target", v)) if progress else None,
+        self.target = LlamaModel(target, target_load, progress=(lambda v: progress(LoadStage.TARGET, v)) if progress else None,
                                  cancel=cancel)
         self.costs = CostModel()
         self.stop_event = StopRequest()
@@ -156,7 +153,7 @@ class Session:
         """Switch drafters without reloading the target. A model drafter is loaded with the
         target's context length and checked against llama.cpp's pairing rules first. If that
         fails or `cancel` is set, the drafter in use stays, measured as it was."""
-        spec = draft if isinstance(draft, DraftSpec) else DraftSpec.parse(draft)
+        spec = DraftSpec.parse(draft)
         model = None
         fresh = False
         if spec.model is not None:
@@ -166,7 +163,7 @@ class Session:
                 progress = self._progress
                 load = replace(self._draft_load, n_ctx=self.target.n_ctx)  # same context length, as llama.cpp's example
                 model = LlamaModel(self._drafter_file(path, load, cancel), load,
-                                   progress=(lambda v: progress("drafter", v)) if progress else None, cancel=cancel)
+                                   progress=(lambda v: progress(LoadStage.DRAFTER, v)) if progress else None, cancel=cancel)
                 fresh = True
         changed = model is not self.draft_model
         per_token, catchup = Ewma(), BlockCost()
@@ -199,7 +196,7 @@ class Session:
         if (done := cpu_weights.ready(path, role)) is not None:
             return done
         if self._progress:
-            self._progress("drafter for this CPU", 0.0)
+            self._progress(LoadStage.DRAFTER_CPU_COPY, 0.0)
         try:
             return cpu_weights.make(path, role, cancel)
         except LoadCancelled:
@@ -294,17 +291,17 @@ class Session:
             m.watch(None)  # measuring is never cut short by a reply's stop request
         for m in (self.target, drafter):
             m.clear()
-            m.decode(probe, "none")
+            m.decode(probe, Logits.NONE)
         clean, after = [], []
         try:
             for rep in range(repeats + 1):
                 if cancel is not None and cancel.is_set():
                     raise LoadCancelled(f"loading {drafter.path.name} was cancelled while measuring its speed")
                 for follows_drafter, times in ((False, clean), (True, after)):
-                    (drafter if follows_drafter else self.target).decode(tok, "all")
+                    (drafter if follows_drafter else self.target).decode(tok, Logits.ALL)
                     (drafter if follows_drafter else self.target).truncate(depth)
                     t = time.perf_counter()
-                    self.target.decode(tok, "all")
+                    self.target.decode(tok, Logits.ALL)
                     if rep:
                         times.append(time.perf_counter() - t)
                     self.target.truncate(depth)
@@ -363,7 +360,7 @@ class Session:
                 model.truncate(len(probe))
             else:  # a recurrent state cannot be rolled back: read the probe again
                 model.clear()
-                model.decode(probe, "none")
+                model.decode(probe, Logits.NONE)
 
         sizes = list(sizes) if model.can_trim else list(sizes[:1])
         passes: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
@@ -385,7 +382,7 @@ class Session:
                     raise LoadCancelled(f"loading {model.path.name} was cancelled while measuring its speed")
                 back_to_probe()
                 t = time.perf_counter()
-                model.decode(self._repeated_probe(n), "all")
+                model.decode(self._repeated_probe(n), Logits.ALL)
                 seconds = time.perf_counter() - t
                 if rep:  # the first round of passes only warms up
                     passes[n].append((seconds, model.last_share if judge else 1.0))
@@ -485,7 +482,7 @@ class Session:
         starts from the acceptance it saw last (its stats say from how many rounds)."""
         if self.drafter is None:
             return NoDraft()
-        if settings.draft_max == "auto":
+        if settings.draft_max.is_auto:
             auto = self._autos.get(self.spec)
             if auto is None:
                 auto = self._autos[self.spec] = AutoK(self.costs, drafter_is_model=self.drafter.uses_model)

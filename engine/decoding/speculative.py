@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
-from engine.decoding.llama_backend import LlamaModel
+from engine.decoding.llama_backend import LlamaModel, Logits
 from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.round_costs import RoundCosts
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
@@ -120,7 +120,7 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
         for start in range(reused, len(prompt) - 1, target.n_batch):
             if stop is not None and stop.is_set():
                 break  # a long prompt can take a while: a stop request is honoured between batches
-            target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], "none")
+            target.decode(prompt[start : min(start + target.n_batch, len(prompt) - 1)], Logits.NONE)
         if drafter is not None and policy.reads_prompt and not (stop is not None and stop.is_set()):
             drafter.begin(prompt, stop)
     except Interrupted:
@@ -147,7 +147,7 @@ def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], lim
 def verify(target: LlamaModel, ctx: list[int], draft: Draft) -> tuple[np.ndarray, float]:
     """2. verify: one forward pass scores the last token and every drafted one."""
     t0 = time.perf_counter()
-    rows = target.decode([ctx[-1]] + draft.tokens, "all")
+    rows = target.decode([ctx[-1]] + draft.tokens, Logits.ALL)
     return rows, time.perf_counter() - t0
 
 
@@ -281,7 +281,7 @@ def generate(
     costs = costs or CostModel()
     costs.new_reply()
     rng = np.random.default_rng(params.seed)
-    stats = StatsTracker(policy.label, target, drafter, getattr(policy, "rounds_seen", 0))
+    stats = StatsTracker(policy.label, target, drafter, policy.rounds_seen)
     if len(prompt) >= target.n_ctx:
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 

@@ -22,7 +22,8 @@ from engine.attachments import read_attachment, user_content
 from engine.errors import AttachmentError, EngineError
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.history_index import DEFAULT_CAP_MB, HistoryIndex, vocab_fingerprint
-from engine.decoding.session import DraftSpec, GenerationSettings, Session
+from engine.decoding.draft_choice import DraftLength, DraftSpec
+from engine.decoding.session import GenerationSettings, Session
 
 PLAIN = "plain"
 #: Plain decoding once more in every group, across the group from the first: its speedup over plain is
@@ -53,7 +54,7 @@ class Variant:
 
     name: str
     draft: DraftSpec
-    draft_max: int | str
+    draft_max: DraftLength
     history: bool = False
     """Prompt lookup drafts from past conversations too (an index of the other conversations)."""
 
@@ -64,7 +65,7 @@ class Variant:
 
     @property
     def fixed(self) -> bool:
-        return self.draft_max != "auto"
+        return not self.draft_max.is_auto
 
 
 @dataclass(slots=True)
@@ -154,17 +155,17 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
     return prompts
 
 
-CONTROL_VARIANT = Variant(CONTROL, DraftSpec(), 0)
+CONTROL_VARIANT = Variant(CONTROL, DraftSpec(), DraftLength.fixed(0))
 
 
-def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
+def parse_variants(items: Sequence[str], draft_max: DraftLength) -> list[Variant]:
     """'none', 'lookup', 'history' (lookup that also drafts from an index of other conversations),
     a GGUF path, 'lookup+PATH' (lookup first, then that model), or 'auto' (lookup first, then the first
     model drafter given); 'ITEM@K' gives that variant its own draft length K (a number or 'auto')."""
     parsed = []
     for item in items:
         name, _, k = item.partition("@")
-        parsed.append((name, (k if k == "auto" else int(k)) if k else draft_max))
+        parsed.append((name, DraftLength.parse(k) if k else draft_max))
     models = [Path(n) for n, _ in parsed if n not in ("none", "lookup", "auto", HISTORY) and not n.startswith("lookup+")]
     variants = []
     for name, k in parsed:
@@ -172,7 +173,7 @@ def parse_variants(items: Sequence[str], draft_max: int | str) -> list[Variant]:
             continue  # plain decoding always runs: it is the baseline
         if name == "auto":
             spec = DraftSpec(model=models[0], lookup=True) if models else DraftSpec(lookup=True)
-            variants.append(Variant("auto", spec, "auto"))
+            variants.append(Variant("auto", spec, DraftLength.AUTO))
         elif name == "lookup":
             variants.append(Variant(f"lookup k={k}", DraftSpec(lookup=True), k))
         elif name.startswith("lookup+"):
@@ -199,7 +200,7 @@ def history_indexes(session: Session, prompts: Sequence[BenchPrompt], chats: Seq
         session.set_drafter(None)
         for c in chats:
             session.reset_state()
-            settings = GenerationSettings(draft_max=0, max_tokens=reply_tokens)
+            settings = GenerationSettings(draft_max=DraftLength.fixed(0), max_tokens=reply_tokens)
             tokens[c.id] += [e.token_id for e in session.chat(c.messages, settings) if isinstance(e, TokenEvent)]
     out = {}
     for p in prompts:
@@ -219,7 +220,7 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     session.use_history(history)
     session.set_drafter(variant.draft if variant else None)
     session.reset_state()  # nothing replayed: lookup index, drafter KV and Auto's learned acceptance start empty
-    settings = GenerationSettings(draft_max=variant.draft_max if variant else 0, max_tokens=max_tokens)
+    settings = GenerationSettings(draft_max=variant.draft_max if variant else DraftLength.fixed(0), max_tokens=max_tokens)
     ids: list[int] = []
     seconds: list[tuple[int | None, float | None]] = []
     rounds: list[tuple[int, int, int, float, float, str]] = []

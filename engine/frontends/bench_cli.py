@@ -7,6 +7,7 @@ from pathlib import Path
 from engine.frontends.options import (
     add_history_options, add_thread_options, draft_load_settings, draft_max_arg, history_cap_bytes, load_settings,
 )
+from engine.decoding.draft_choice import DraftLength
 from engine.paths import resources_dir
 
 DEFAULT_PROMPTS = resources_dir() / "bench" / "prompts.jsonl"
@@ -21,7 +22,7 @@ def register(sub) -> None:
                         "then the model drafter given with another --draft) or 'none'; ITEM@K sets that variant's draft length; "
                         "repeat or comma-separate")
     b.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help=f"JSONL with 'prompt' and 'category' (default: {DEFAULT_PROMPTS.name})")
-    b.add_argument("--draft-max", type=draft_max_arg, default="auto", help="draft length k or 'auto' (default)")
+    b.add_argument("--draft-max", type=draft_max_arg, default=DraftLength.AUTO, help="draft length k or 'auto' (default)")
     b.add_argument("--max-tokens", type=int, default=128)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--categories", default=None, help="only these categories (comma-separated)")

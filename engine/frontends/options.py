@@ -3,24 +3,23 @@ from __future__ import annotations
 
 import argparse
 
+from engine.decoding.draft_choice import DraftLength, DraftSpec
 from engine.errors import EngineError
 
 
-def draft_max_arg(text: str) -> int | str:
-    if text == "auto":
-        return "auto"
+def draft_max_arg(text: str) -> DraftLength:
     try:
-        k = int(text)
+        length = DraftLength.parse(text)
     except ValueError:
         raise argparse.ArgumentTypeError("must be a number of tokens or 'auto'") from None
-    if not 0 <= k <= 64:
+    if not length.is_auto and length.k > 64:
         raise argparse.ArgumentTypeError("must be between 0 and 64")
-    return k
+    return length
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="target model (GGUF file)")
-    p.add_argument("--draft", default="none",
+    p.add_argument("--draft", type=DraftSpec.parse, default=DraftSpec.NONE,
                    help="drafter: a GGUF file, 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or 'none'")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
     add_thread_options(p)
@@ -28,7 +27,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft-max", type=draft_max_arg, default="auto", help="draft length k, or 'auto' (default)")
+    p.add_argument("--draft-max", type=draft_max_arg, default=DraftLength.AUTO,
+                   help="draft length k, or 'auto' (default)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this drafter confidence")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=40)

@@ -33,7 +33,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine.attachments import Attachment, fenced
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, TokenEvent
-from engine.decoding.session import GenerationSettings, LoadSettings, Session
+from engine.decoding.draft_choice import DraftSpec
+from engine.decoding.session import GenerationSettings, LoadSettings, LoadStage, Session
 
 from app.core.errors import AttachmentTooLarge
 from app.core.engine_thread.past_chats_index import PastChatsChoice, PastChatsIndex
@@ -45,12 +46,15 @@ class LoadRequest:
 
     target: Path
     """Target model file."""
-    drafter: str
-    """'none', 'lookup' or a drafter model path (engine.decoding.session.DraftSpec syntax)."""
+    drafter: DraftSpec
+    """None, prompt lookup, a drafter model, or both."""
     load: LoadSettings = LoadSettings()
     """Context length, GPU layers, threads."""
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     """Set (EngineWorker.cancel_load) to cancel this load, queued or running."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "drafter", DraftSpec.parse(self.drafter))  # the text of a setting reads too
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +107,9 @@ class ContinueFrom:
 class EngineWorker(QObject):
     """Owns the engine Session; lives on the engine thread."""
 
-    sig_load_progress = Signal(str, float)
-    """Loading: stage ('target', 'drafter' or 'measuring') and fraction 0-1 of that stage."""
+    sig_load_progress = Signal(object, float)
+    """Loading: stage (engine.decoding.session.LoadStage) and fraction 0-1 of that stage (0 for a stage
+    that reports none: LoadStage.has_fraction)."""
     sig_loaded = Signal(object)
     """A pair is loaded and measured (LoadedInfo)."""
     sig_load_failed = Signal(object, object, object)
@@ -132,7 +137,7 @@ class EngineWorker(QObject):
         self._loading: LoadRequest | None = None
         self._idle = threading.Event()  # no reply or load is running on this thread (wait_idle)
         self._idle.set()
-        self._last_progress: tuple[str, int] = ("", -1)
+        self._last_progress: tuple[LoadStage | None, int] = (None, -1)
         self._past = PastChatsIndex()
 
     # -- called from the GUI thread ------------------------------------------------
@@ -179,7 +184,7 @@ class EngineWorker(QObject):
         if self._closing:
             self._loading = None
             return
-        self._last_progress = ("", -1)  # a load cancelled at n% must not hide the next one's n%
+        self._last_progress = (None, -1)  # a load cancelled at n% must not hide the next one's n%
         self._idle.clear()
         try:
             if req.cancel.is_set():  # cancelled while queued: what is loaded stays
@@ -308,14 +313,14 @@ class EngineWorker(QObject):
         session.close()
         _return_freed_memory()
 
-    def _progress(self, which: str, fraction: float) -> None:
+    def _progress(self, which: LoadStage, fraction: float) -> None:
         # llama.cpp reports per tensor: pass on whole percents only.
         pct = int(fraction * 100)
         if (which, pct) != self._last_progress:
             self._last_progress = (which, pct)
             self.sig_load_progress.emit(which, fraction)
             if pct >= 100:
-                self.sig_load_progress.emit("measuring", 0.0)  # the session times the model next
+                self.sig_load_progress.emit(LoadStage.MEASURING, 0.0)  # the session times the model next
 
 
 def _too_large(session: Session, attachments: tuple[Attachment, ...],
