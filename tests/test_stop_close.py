@@ -15,7 +15,7 @@ import threading  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import QObject, Qt, Slot  # noqa: E402
 from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
                                open_window, terminated_cleanly)
 
@@ -130,19 +130,33 @@ def test_cancel_of_a_load_returns_while_the_engine_thread_is_held(qtbot, tiny, i
             pass
 
     worker.sig_load_progress.connect(in_load, Qt.ConnectionType.DirectConnection)
+    # Not qtbot.waitSignal on the worker: its slot would run on the engine thread, and a failure landing
+    # between waitSignal's check and its event loop starting was lost (the test hung past its timeout).
+    failed = Received()
+    worker.sig_load_failed.connect(failed.take)  # queued: `failed` lives on this thread
     timer = let_go_later(held)
     try:
-        with qtbot.waitSignal(worker.sig_load_failed, timeout=LOAD_TIMEOUT_MS) as failed:
-            w.show()
-            qtbot.waitUntil(inside.is_set, timeout=LOAD_TIMEOUT_MS)
-            loading = worker._loading
-            worker.cancel_load()
-            assert held.locked() and timer.is_alive() and loading.cancel.is_set()
-            held.release()
+        w.show()
+        qtbot.waitUntil(inside.is_set, timeout=LOAD_TIMEOUT_MS)
+        loading = worker._loading
+        worker.cancel_load()
+        assert held.locked() and timer.is_alive() and loading.cancel.is_set()
+        held.release()
+        qtbot.waitUntil(lambda: failed.args is not None, timeout=LOAD_TIMEOUT_MS)
     finally:
         let_go(held, timer)
         worker.sig_load_progress.disconnect(in_load)
     assert "cancelled" in str(failed.args[1])
+
+
+class Received(QObject):
+    """The arguments of a signal, received on the GUI thread."""
+
+    args: tuple | None = None
+
+    @Slot(object, object, object)
+    def take(self, *args) -> None:
+        self.args = args
 
 
 def test_the_gui_calls_take_no_lock_the_worker_holds(qtbot, tiny, isolated_home):
