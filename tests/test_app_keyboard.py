@@ -343,3 +343,18 @@ def test_the_more_menu_works_by_mouse_and_its_commands_by_keyboard(qtbot, tiny, 
     activate(qtbot, w)
     press(qtbot, Qt.Key.Key_R, CTRL | SHIFT)  # its shortcut, the same command
     assert not w.controller.settings.show_rejected
+
+
+def test_esc_stops_a_reply_while_the_message_box_has_the_keyboard(qtbot, tiny, isolated_home):
+    """Esc is Chat ▸ Stop: it reaches the window from the message box, where the keyboard is after Send."""
+    from engine.decoding.events import FinishReason
+
+    w = keyboard_window(qtbot, tiny, isolated_home, max_tokens=3000)
+    w.resize(800, 700)  # narrow: the toolbar folds its end into More ▾
+    qtbot.keyClicks(w.input, "the model is fast")
+    qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(w.controller.messages and w.controller.messages[-1].tokens), timeout=REPLY_TIMEOUT_MS)
+    assert focused() is w.input
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
+        press(qtbot, Qt.Key.Key_Escape)
+    assert done.args[0].finish_reason == FinishReason.CANCELLED
