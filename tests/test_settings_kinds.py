@@ -98,3 +98,19 @@ def test_a_replys_recorded_drafter_label_reads_back():
         assert drafter_label(spec) == drafter_label(spec.text) == label
         assert recorded_drafter(label).drafts == spec.drafts and recorded_drafter(label).lookup == spec.lookup
     assert not recorded_drafter("").drafts  # a reply whose drafter was not recorded
+
+
+@pytest.mark.parametrize("k", [True, "3", 2.0, -1])
+def test_a_draft_length_is_a_whole_number_of_tokens_from_zero(k):
+    with pytest.raises(ValueError, match=f"not {k!r}"):
+        DraftLength(k)
+
+
+@pytest.mark.parametrize("text", ["three", "4.5", ""])
+def test_a_draft_length_read_from_text_says_what_it_was_given(text):
+    with pytest.raises(ValueError, match=f"not {text!r}"):
+        DraftLength.parse(text)
+    with pytest.raises(ValueError, match="not None"):
+        DraftLength.parse(None)
+    with pytest.raises(ValueError, match="not 2.5"):
+        DraftLength.parse(2.5)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from engine.attachments import Attachment
@@ -16,7 +16,7 @@ from engine.decoding.events import (Certainty, FinishReason, RoundEvent, RoundTo
                                     with_totals)
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """Who wrote a message."""
 
     USER = "user"
