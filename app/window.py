@@ -33,7 +33,7 @@ from app.chat.actions import MessageAction
 from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane
 from app.chat.chat_view import ViewOptions
-from app.chat.context_meter import ContextMeter, unsent
+from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.chat.conversation_list import ConversationList
 from app.control.pairing import LoadState
@@ -241,8 +241,7 @@ class MainWindow(QMainWindow):
             f"Not opened: {url[:80]} (links in messages open only as http, https or mailto).", 5000))
         self.stats_pane.sig_fold_requested.connect(lambda fold: c.update_settings(stats_folded=fold))
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
-        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded, c.sig_message_added,
-                    self.input.textChanged, self.input.sig_editing, self.attachments.sig_changed):
+        for sig in (c.sig_messages, c.sig_reply_finished, c.sig_loaded, c.sig_message_added):
             sig.connect(self._show_context)
         self.commands.connect_to(self)
 
@@ -280,10 +279,7 @@ class MainWindow(QMainWindow):
 
     def _show_context(self, *_args) -> None:
         loaded = self.controller.loaded
-        # An edit replaces a message that is counted already: only a new message adds to the chat.
-        files = [f.attachment for f in self.attachments.files()]  # as read when attached: no disk access per key
-        pending = unsent(self.input.toPlainText(), files) if self.input.editing is None else 0
-        self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None, pending)
+        self.context_meter.show_usage(self.controller.messages, loaded.n_ctx if loaded else None)
 
     def focus_input(self) -> None:
         """Give the message box the keyboard (where it is shown: the first-run panel may stand in for the chat).

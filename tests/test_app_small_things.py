@@ -286,29 +286,3 @@ def test_a_table_streams_in_as_a_table_never_as_raw_pipes(qtbot):
     v.finish_reply(live)
     final = v.toPlainText()
     assert "Column 1" in final and "a" in final and "Done." in final and "|" not in final
-
-
-def test_the_context_meter_counts_the_message_being_written_and_its_files(qtbot, tiny, isolated_home, tmp_path):
-    """Whether a file fits is seen before sending: a new chat with an 8 KB file attached said 'context 0 / 4k'."""
-    from PySide6.QtCore import QMimeData, QUrl
-
-    install_tiny(tiny, isolated_home)
-    w = open_window(qtbot)
-    activate(qtbot, w)
-    qtbot.keyClicks(w.input, "word " * 40)  # 200 characters: 50 tokens at four characters a token
-    assert w.context_meter.label.text() == "context ≈50 / 4k"
-    notes = tmp_path / "notes.txt"
-    notes.write_text("line of notes\n" * 300)  # 4,200 characters
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(notes))])
-    QApplication.clipboard().setMimeData(mime)
-    qtbot.keyClick(w.input, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)  # pasted, as a file
-    qtbot.waitUntil(lambda: bool(w.attachments.files()), timeout=10_000)
-    used = w.context_meter.used
-    assert 50 + 1050 <= used < 50 + 1150 and w.context_meter.label.text().startswith("context ≈1.")
-    assert "your unsent message" in w.context_meter.toolTip()
-    qtbot.mouseClick(w.attachments.chips[0].remove, Qt.MouseButton.LeftButton)  # its ✕
-    qtbot.waitUntil(lambda: not w.attachments.chips, timeout=5_000)
-    assert w.context_meter.label.text() == "context ≈50 / 4k"  # the file taken off: the count follows
-    w.input.clear()
-    assert w.context_meter.label.text() == "context 0 / 4k"

@@ -3,9 +3,7 @@
 The count is the engine's own: the last reply's prompt tokens plus its tokens (the next prompt
 re-reads all of that). Messages after the last reply with numbers (a stopped or crashed reply, a
 user message not answered yet) are estimated at four characters a token, and the text says '≈';
-a reply being written counts the tokens it has so far, so the meter moves while it streams. What the
-message box holds (its text and attached files) is counted too, as an estimate: whether a file fits is
-seen before it is sent.
+a reply being written counts the tokens it has so far, so the meter moves while it streams.
 """
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from collections.abc import Sequence
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
-from engine.attachments import Attachment, user_content
+from engine.attachments import user_content
 
 from app.core.theme import TokenColours
 from app.history.records import Message
@@ -36,13 +34,6 @@ def context_used(messages: Sequence[Message]) -> tuple[int, bool]:
         text = user_content(m.text, m.attachments)  # the text alone when nothing is attached
         estimate += len(m.tokens) if not m.finished else -(-len(text) // CHARS_PER_TOKEN)
     return estimate, estimate > 0
-
-
-def unsent(text: str, attachments: Sequence[Attachment] = ()) -> int:
-    """Estimated tokens of a message not sent yet, its files as the model will read them (0 when empty)."""
-    if not (text.strip() or attachments):
-        return 0
-    return -(-len(user_content(text, attachments)) // CHARS_PER_TOKEN)
 
 
 def short(n: int) -> str:
@@ -79,12 +70,9 @@ class ContextMeter(QWidget):
         self.colours = colours
         self._paint()
 
-    def show_usage(self, messages: Sequence[Message], n_ctx: int | None, pending: int = 0) -> None:
-        """`n_ctx` None or 0: no model loaded yet, so the size is not known. `pending`: the estimated tokens
-        of the message being written (unsent)."""
+    def show_usage(self, messages: Sequence[Message], n_ctx: int | None) -> None:
+        """`n_ctx` None or 0: no model loaded yet, so the size is not known."""
         self.used, self.estimated = context_used(messages)
-        self.used += pending
-        self.estimated = self.estimated or pending > 0
         self.size = n_ctx or 0
         approx = "≈" if self.estimated else ""
         if self.size:
@@ -94,9 +82,8 @@ class ContextMeter(QWidget):
                 words += " · full"
             elif share >= NEARLY_FULL:
                 words += " · nearly full"
-            yours = f", your unsent message and its files about {pending:,} of them" if pending else ""
             tip = (f"This chat fills {approx}{self.used:,} of the model's {self.size:,} context tokens "
-                   f"({share:.0%}{yours}). When it is full, start a new chat or raise the context size.")
+                   f"({share:.0%}). When it is full, start a new chat or raise the context size.")
         else:
             words = f"context {approx}{short(self.used)} / –"
             tip = "How much of the model's context this chat fills (known once a model is loaded)."
