@@ -109,7 +109,7 @@ class Conversations(QObject):
         self.search = ""
         self.emit_list()
         self.sig_messages.emit([])
-        self.sig_stats.emit(None, "This reply")
+        self.sig_stats.emit(None, DONE_TITLE)
 
     def open(self, conv_id: int) -> None:
         if conv_id == self.current_id and self.messages:
@@ -148,12 +148,12 @@ class Conversations(QObject):
                 return
             self.messages = []
             self.sig_messages.emit([])
-            self.sig_stats.emit(None, "This reply")
+            self.sig_stats.emit(None, DONE_TITLE)
         self.emit_list()
 
     def show_nothing(self) -> None:
         self.sig_messages.emit([])
-        self.sig_stats.emit(None, "This reply")
+        self.sig_stats.emit(None, DONE_TITLE)
 
     # -- the open conversation's path ---------------------------------------------------------------
     def ensure_open(self) -> int:
@@ -292,7 +292,7 @@ class Conversations(QObject):
         # The stats are a generated reply's: an edited one has none to show.
         last = next((m for m in reversed(messages) if m.role == Role.ASSISTANT and not m.edited), None)
         if last is None:
-            self.sig_stats.emit(None, "This reply")
+            self.sig_stats.emit(None, DONE_TITLE)
         elif live is not None and live.message is last:
             snap = live.snapshot()
             self.sig_stats.emit(snap, DONE_TITLE if snap.finished else LIVE_TITLE)
