@@ -78,6 +78,74 @@ def test_the_drafters_catch_up_follows_the_speed_of_plain_rounds():
     c.record(outcome(verify_s=0.1))
     assert c.catchup_cost(100) == pytest.approx(0.5 * 2.4, rel=1e-3)
 
+def test_the_drafters_step_follows_the_speed_of_plain_rounds():
+    """A drafting step timed while the machine was busy is charged at the speed plain rounds measure now
+    (values by hand): calibrated at 20 ms beside a load that made the target 2x slow, a quiet machine
+    pays 10 ms, and the draft a quiet machine times is kept at the calibration's speed."""
+    c = CostModel()
+    c.add_verify(1, 0.2)  # measured busy: the quiet step is 0.1 s
+    c.add_verify(4, 0.5)
+    c.draft_per_token.add(0.02)
+    assert c.draft_cost(3) == pytest.approx(0.06)
+    for _ in range(40):  # the load is gone: plain rounds take 0.1 s
+        c.record(outcome(verify_s=0.1))
+    assert c.plain_speed.value == pytest.approx(0.5, rel=1e-3)
+    assert c.draft_cost(3) == pytest.approx(0.03, rel=1e-3)
+    # Drafting 3 tokens in 0.024 s at that speed: 0.008 s a token now, 0.016 at the calibration's speed.
+    c.draft_per_token = Ewma()
+    c.record(outcome(k=3, drafted=3, accepted=3, draft_s=0.024, verify_s=0.25, key=MODEL_KEY))
+    assert c.draft_per_token.value == pytest.approx(0.016, rel=1e-3)
+    assert c.draft_cost(1) == pytest.approx(0.008, rel=1e-3)
+
+
+def test_a_fresh_key_is_as_sure_as_its_parent():
+    """A lookup key never seen starts from its parent's posterior, mean and weight (up to PARENT_WEIGHT
+    judgements), not from the parent's mean at a prior's weight of 2, whose long tail made three fresh
+    keys each verify 15 tokens that were all rejected (values by hand)."""
+    auto = AutoK(CostModel())
+    parent = auto.table(DraftKey(DraftKind.LOOKUP))
+    parent.observe(2, 2)  # prior (0.5, 2) + 2 kept: Beta(3, 1)
+    assert parent.beta() == pytest.approx((3.0, 1.0))
+    child = auto.table(DraftKey(DraftKind.LOOKUP, 5))
+    # The child's prior weight is the parent's (4, above PRIOR_FLOOR and the faded prior), its mean 0.75.
+    assert child.beta() == pytest.approx((3.0, 1.0))
+    for _ in range(10):
+        parent.observe(4, 3)  # 3 kept, 1 rejected each: Beta(33, 11) at most 16 judgements in the window...
+    a, b = parent.beta()
+    mean = a / (a + b)
+    # ...and a child inherits at most 16 of them: 16 * 16 / (16 + 0) with no rounds of its own.
+    assert auto.table(DraftKey(DraftKind.LOOKUP, 4)).beta() == pytest.approx((16 * mean, 16 * (1 - mean)))
+
+
+def test_a_free_draft_is_verified_at_most_twice_its_longest_run_plus_three():
+    """A lookup key's drafts are cut to 2 x its longest kept run of the last 32 rounds + 3 (4 before any,
+    or its parent's); not where a wholly rejected draft costs at most one plain step more; never a
+    model draft, whose drafting is priced (values by hand)."""
+    c = CostModel()
+    for n in (1, 2, 4, 8, 16):
+        c.add_verify(n, 0.1 * n)  # a CPU: n tokens cost n steps
+    auto = AutoK(c)
+    assert auto._reach(LOOKUP3, 16) == 4
+    auto.table(LOOKUP3).observe(4, 4)
+    assert auto._reach(LOOKUP3, 16) == 11
+    assert auto._reach(LOOKUP3, 8) == 8
+    assert auto._reach(DraftKey(DraftKind.LOOKUP, 4), 16) == 11  # a fresh key: its parent's (all lookups')
+    auto.table(LOOKUP3).observe(11, 0)
+    assert auto._reach(LOOKUP3, 16) == 11  # the longest run of the window still counts
+    for _ in range(32):
+        auto.table(LOOKUP3).observe(3, 1)
+    assert auto._reach(LOOKUP3, 16) == 5  # the 4-token run has left the window
+    assert auto._reach(MODEL_KEY, 16) == 16
+    g = CostModel()
+    for n in (1, 2, 4, 8, 16):
+        g.add_verify(n, 0.1 + 0.005 * n)  # a GPU: a block costs about one token
+    assert AutoK(g)._reach(LOOKUP3, 16) == 16
+    h = CostModel()
+    for n, v in {1: 0.1, 2: 0.15, 4: 0.2, 8: 0.4}.items():
+        h.add_verify(n, v)
+    assert AutoK(h)._reach(LOOKUP3, 16) == 4  # a fifth draft token: V(6) = 0.3 > 2 x V(1), not extended
+
+
 def test_unmeasured_prices_fall_back_to_what_is_known():
     c = CostModel()
     assert c.plain_token_cost() is None and c.estimated_plain_tokens_per_s() is None

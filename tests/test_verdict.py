@@ -256,3 +256,27 @@ def test_certainty_thresholds():
         for _ in range(4):
             est.add_round(c, drafting(verify_s=0.4 * factor), 4)
     assert steady.certainty() is Certainty.SETTLED and moved.certainty() is Certainty.LOAD_CHANGED
+
+
+def test_a_load_that_came_at_mid_reply_is_seen_when_the_long_rounds_come_late():
+    """Halves of the reply's time, not of its rounds: 20 plain rounds of 0.1 s, then 3 drafting rounds
+    of V(5) that ran 3x slow (1.2 s each, 3.6 s of the reply's 5.6 s). By rounds, both halves hold
+    mostly the quiet ones (median speed 1.0 and 1.0); by time, the second half is slow rounds (3.0)."""
+    c = cpu_costs()
+    v = PlainEstimate()
+    for _ in range(20):
+        v.add_round(c, PLAIN, 1)
+    for _ in range(3):
+        v.add_round(c, drafting(verify_s=1.2), 4)
+    assert v.certainty() is Certainty.LOAD_CHANGED
+    quiet = PlainEstimate()  # the same rounds at one speed
+    for _ in range(10):
+        quiet.add_round(c, PLAIN, 1)
+    for _ in range(3):
+        quiet.add_round(c, drafting(), 4)
+    assert quiet.certainty() is Certainty.SETTLED
+    one = PlainEstimate()  # a second half of one round: halves of rounds (7 quiet, then 6 of which 1 slow)
+    for _ in range(12):
+        one.add_round(c, PLAIN, 1)
+    one.add_round(c, drafting(verify_s=4.0), 4)
+    assert one.certainty() is Certainty.SETTLED

@@ -65,6 +65,18 @@ PRIOR_FLOOR = 2.0
 POOLED_ROUNDS, OWN_ROUNDS = 16, 32
 #: How many judgements the pooled estimate is worth against a position's own.
 OWN_WEIGHT = 8.0
+#: Where a long draft wholly rejected costs many plain steps (verifying k_max + 1 tokens costs more than
+#: CAUTIOUS x one token: CPUs, 6x here; not GPUs or Apple silicon, 1.3-2.4x), Auto is cautious with free
+#: drafts. On a 2-core Zen 5, three fresh lookup match lengths each verified 15 tokens of a document the
+#: reply had stopped quoting, on a prior's long tail, and made Auto 0.65x of plain decoding. So there
+#: - a fresh key starts from its parent's posterior, as sure as up to PARENT_WEIGHT of its judgements
+#:   (not from the parent's mean at the prior's weight of 2), and
+#: - a lookup is verified at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS
+#:   rounds + REACH_STEP tokens (REACH_START before any; longer while a wholly rejected draft still
+#:   costs at most one plain step more): 4, 11, 16 over rounds that kept everything.
+CAUTIOUS = 3.0
+PARENT_WEIGHT = 16.0
+REACH_GROWTH, REACH_STEP, REACH_START = 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +221,9 @@ class CostModel:
         """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
         so a shape wrong for blocks does not move it, and the drafter's catch-up is priced with it."""
         self.draft_per_token = Ewma()
+        """A model drafter's step, at the calibration's speed like the catch-up (priced with plain_speed): a
+        step timed while the machine was busy was charged as busy once it was quiet, and the drafter was
+        never tried again (measured: calibrated at 2x the quiet cost, Auto gave up a 1.2x drafter)."""
         self.overhead = Ewma(value=0.0)
         self.plain_overhead = Ewma()  # rounds without a draft do less bookkeeping
         self.overhead_per_draft_token = Ewma()  # judging each drafted token costs a little more
@@ -281,7 +296,7 @@ class CostModel:
             self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0))
         if o.drafted:
             if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
-                self.draft_per_token.add(o.draft_s / o.drafted)
+                self.draft_per_token.add(o.draft_s / o.drafted / (self.plain_speed.value or 1.0))
             if self.plain_overhead.value is not None:
                 self.overhead_per_draft_token.add(max(0.0, o.overhead_s - self.plain_overhead.value) / o.drafted)
         else:
@@ -293,11 +308,12 @@ class CostModel:
         return (base or 0.0) + k * (self.overhead_per_draft_token.value or 0.0)
 
     def draft_cost(self, k: int) -> float:
-        """A model drafter's cost for k tokens (unmeasured: assume a third of a target step)."""
+        """A model drafter's cost for k tokens at today's speed as plain rounds measure it (a drafter step
+        is a single-token pass, like V(1)); unmeasured: assume a third of a target step."""
         per = self.draft_per_token.value
         if per is None:
-            per = 0.3 * (self.verify_cost(1) or 0.0)
-        return per * k
+            return 0.3 * (self.verify_cost(1) or 0.0) * k
+        return per * (self.plain_speed.value or 1.0) * k
 
     def catchup_cost(self, n: int) -> float:
         """Reading n unseen tokens into the drafter at today's speed as plain rounds measure it (a long
@@ -380,8 +396,10 @@ class Acceptance:
     """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
 
     def __init__(self, k_max: int, prior: tuple[float, float] = PRIORS[DraftKind.MODEL],
-                 parent: "Acceptance | None" = None) -> None:
+                 parent: "Acceptance | None" = None, inherit: float = 0.0) -> None:
         self.prior = prior
+        self.inherit = inherit
+        """Judgements of the parent's a fresh key is worth at most (0: only the parent's mean, at the prior's weight)."""
         # Lookup drafts are learned per match length (and confidence), which would make every key
         # start from scratch: each starts from what the coarser key did instead (its parent).
         self.parent = parent
@@ -391,6 +409,7 @@ class Acceptance:
         self.pooled: deque[int] = deque()
         """Every judgement of the last POOLED_ROUNDS rounds, oldest first."""
         self._judged: deque[int] = deque()  # judgements per round, to drop a whole round from `pooled`
+        self._runs: deque[tuple[int, int]] = deque()  # (round, tokens accepted) of the last OWN_ROUNDS rounds
         # Running sums of the windows: Auto decides every round, for every k.
         self._kept_at = [0] * k_max
         self._kept = 0
@@ -401,7 +420,10 @@ class Acceptance:
         # The prior stands in for a fresh drafter; in a steady window it would only bias.
         weight = max(PRIOR_FLOOR, weight * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
         if self.parent is not None:
-            mean = self.parent.mean()
+            pa, pb = self.parent.beta()
+            mean = pa / (pa + pb)
+            # A fresh key is as sure as its parent (up to `inherit` judgements), not as unsure as a prior.
+            weight = max(weight, min(pa + pb, self.inherit) * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
         return mean * weight + self._kept, (1 - mean) * weight + len(self.pooled) - self._kept
 
     def mean(self) -> float:
@@ -423,6 +445,13 @@ class Acceptance:
     def value(self, j: int) -> float:
         return self.values(j + 1)[j]
 
+    def reach(self) -> int:
+        """The longest draft worth verifying of this kind now (REACH_GROWTH): from its own recent runs,
+        else from its parent's, else REACH_START."""
+        if self._runs:
+            return REACH_GROWTH * max(a for _, a in self._runs) + REACH_STEP
+        return self.parent.reach() if self.parent is not None else REACH_START
+
     def expected_tokens(self, k: int, perfect: bool = False) -> float:
         total, run = 1.0, 1.0
         for a in [1.0] * k if perfect else self.values(k):
@@ -443,6 +472,9 @@ class Acceptance:
             self.pooled.append(ok)
             self._kept += ok
         self._judged.append(judged)
+        self._runs.append((self.rounds, accepted))
+        while self._runs[0][0] <= self.rounds - OWN_ROUNDS:
+            self._runs.popleft()
         if len(self._judged) > POOLED_ROUNDS:
             for _ in range(self._judged.popleft()):
                 self._kept -= self.pooled.popleft()
@@ -487,7 +519,8 @@ class AutoK(DraftPolicy):
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
             parent = self.table(key.parent) if key.parent is not None else None
-            self.tables[key] = Acceptance(self.k_max, PRIORS.get(key.kind, PRIORS[DraftKind.LOOKUP]), parent)
+            self.tables[key] = Acceptance(self.k_max, PRIORS.get(key.kind, PRIORS[DraftKind.LOOKUP]), parent,
+                                          inherit=PARENT_WEIGHT if self.cautious() else 0.0)
         return self.tables[key]
 
     # -- the model -----------------------------------------------------------
@@ -543,11 +576,27 @@ class AutoK(DraftPolicy):
         horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
         return saving * horizon >= self._backlog_price(behind - 1)
 
+    def cautious(self) -> bool:
+        """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""
+        v1, v_max = self.costs.verify_cost(1), self.costs.verify_cost(self.k_max + 1)
+        return not v1 or not v_max or v_max > CAUTIOUS * v1
+
+    def _reach(self, key: DraftKey, limit: int) -> int:
+        """The longest free draft (a lookup's) worth verifying now: Acceptance.reach where Auto is cautious,
+        or longer while even a wholly rejected draft costs at most one plain step more."""
+        if key.kind is DraftKind.MODEL or not self.cautious():
+            return limit  # a model's drafting is priced per token: a long draft is already dear to choose
+        reach = min(limit, self.table(key).reach())
+        v1 = self.costs.verify_cost(1) or 0.0
+        while reach < limit and (self.costs.verify_cost(reach + 2) or math.inf) <= 2 * v1:
+            reach += 1
+        return reach
+
     def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0,
                 remaining: int | None = None) -> int:
         if limit <= 0 or self.costs.verify_cost(1) is None:
             return 0  # nothing measured yet: plain decoding first, everything is priced against it
-        k = self.best_k(key, limit, with_draft_cost)
+        k = self.best_k(key, self._reach(key, limit), with_draft_cost)
         probe = self.probes.setdefault(key.kind, _Probe())
         if k > 0 and (not with_draft_cost or self._repays_backlog(key, k, behind, remaining)):
             return k

@@ -338,10 +338,11 @@ class Session:
             key = self._key(self.target)
             calibration.save(key, blocks, quiet=self._quiet.get(key, False))
         if self.draft_model is not None and c.draft_per_token.value:
-            drafted = {n: v for n in c.catchup.by_size if (v := c.catchup(n))}
+            # At today's speed, as the target's blocks are (the next launch starts at speed 1).
+            drafted = {n: c.catchup_cost(n) for n in c.catchup.by_size if c.catchup(n)}
             if drafted:
                 key = self._key(self.draft_model)
-                calibration.save(key, drafted, c.draft_per_token.value, c.interference, quiet=self._quiet.get(key, False))
+                calibration.save(key, drafted, c.draft_cost(1), c.interference, quiet=self._quiet.get(key, False))
 
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
                      cancel: threading.Event | None = None) -> tuple[list[tuple[int, float]], bool]:

@@ -18,9 +18,10 @@ from engine.decoding.policy import CostModel, RoundOutcome
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
 MIN_ROUNDS = 4
-#: The machine's load changed during the reply when the median speed of its first and second
-#: halves of rounds differ by more than this factor (single rounds vary by 10-15% on a quiet machine;
-#: medians of halves do not).
+#: The machine's load changed during the reply when the median speed of the rounds in its first and
+#: second halves of time differ by more than this factor (single rounds vary by 10-15% on a quiet
+#: machine; medians of halves do not). Halves of time, not of rounds: a reply's long rounds come late
+#: (drafts grow as they are kept), and a load that came at mid-reply fell on 3 rounds of 14.
 LOAD_CHANGE = 1.3
 
 
@@ -35,6 +36,7 @@ class PlainEstimate:
         self.tokens = 0
         self.rounds = 0
         self.ratios: list[float] = []
+        self._seconds: list[float] = []  # each priced round's verify time, beside its ratio
         self._costs: CostModel | None = None
         # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference)
         self._by_size: dict[tuple[int, bool], float] = {}
@@ -52,6 +54,7 @@ class PlainEstimate:
         ratio = costs.speed_ratio(n, o.verify_s)
         if ratio is not None:
             self.ratios.append(ratio)
+            self._seconds.append(o.verify_s)
         self._by_size[n, after_model] = self._by_size.get((n, after_model), 0.0) + kept * o.verify_s
         self.tokens += kept
 
@@ -77,12 +80,23 @@ class PlainEstimate:
             return None
         return tokens / seconds / plain
 
+    def _middle(self) -> int:
+        """The first round of the reply's second half of (verify) time."""
+        total, run = sum(self._seconds), 0.0
+        for i, s in enumerate(self._seconds):
+            if run >= total / 2:
+                return i
+            run += s
+        return len(self._seconds)
+
     def certainty(self) -> Certainty:
         if not self.tokens:
             return Certainty.UNKNOWN
         if self.rounds < MIN_ROUNDS:
             return Certainty.FEW_ROUNDS
-        half = len(self.ratios) // 2
+        half = self._middle()
+        if min(half, len(self.ratios) - half) < 2:
+            half = len(self.ratios) // 2  # a half of time with one round in it: halves of rounds
         if half >= 2:
             a, b = statistics.median(self.ratios[:half]), statistics.median(self.ratios[half:])
             if min(a, b) > 0 and max(a, b) / min(a, b) > LOAD_CHANGE:
