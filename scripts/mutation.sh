@@ -6,7 +6,7 @@
 # e.g. scripts/mutation.sh engine/decoding/sampling.py
 #      scripts/mutation.sh engine/decoding/policy.py -- tests/test_policy.py tests/test_replay.py
 #
-# mutmut (3.x, in the .[test] extras' venv) mutates each FILE (operators, constants, strings,
+# mutmut (3.x: pip install -e '.[mutation]') mutates each FILE (operators, constants, strings,
 # arguments), runs the TESTs that reach the mutated function, and counts a mutant killed when a
 # test fails. Without TESTs, a file's own tests are used (table below). It all happens in
 # a scratch copy of the working tree ($MUTATION_DIR, default /tmp/draftlight-mutation), so the

@@ -124,6 +124,12 @@ def test_the_real_pair_plans(real_pair):
     # Q4_K_M keeps attn_v and ffn_down of half the 28 layers, and the output matrix, in Q6_K.
     assert len(t) == 29 and set(t.values()) == {"Q8_0"} and "output.weight" in t
     assert sum(n.endswith("ffn_down.weight") for n in t) == 14 and sum(n.endswith("attn_v.weight") for n in t) == 14
+    f = cpu_weights.plan(target, Role.FAST_TARGET)
+    # Every matrix (169 Q4_K, 29 Q6_K) but the token embeddings (a lookup table): 28 layers x 7 + output.
+    assert set(f.values()) == {"Q4_0"} and len(f) == 28 * 7 + 1 and "token_embd.weight" not in f
+    assert Role.FAST_TARGET.file_type == cpu_weights.LLAMA_FTYPE_MOSTLY_Q4_0 and Role.TARGET.file_type is None
+    assert cpu_weights.copy_path(target, Role.FAST_TARGET).name.endswith(".cpu-q4_0-target.gguf")
+    assert not cpu_weights.wanted(target, Role.FAST_TARGET, gpu_offload=False)  # only when asked
     d = cpu_weights.plan(drafter, Role.DRAFTER)
     assert set(d.values()) == {"Q4_0"} and "token_embd.weight" not in d and "output.weight" in d
     assert len(d) == 24 * 7 + 1 - 12  # every matrix of 24 layers and the output, but the 12 ffn_down in Q4_K
