@@ -132,9 +132,11 @@ def test_a_free_draft_is_verified_at_most_twice_its_longest_run_plus_three():
     assert auto._reach(DraftKey(DraftKind.LOOKUP, 4), 16) == 11  # a fresh key: its parent's (all lookups')
     auto.table(LOOKUP3).observe(11, 0)
     assert auto._reach(LOOKUP3, 16) == 11  # the longest run of the window still counts
-    for _ in range(32):
+    for _ in range(30):
         auto.table(LOOKUP3).observe(3, 1)
-    assert auto._reach(LOOKUP3, 16) == 5  # the 4-token run has left the window
+    assert auto._reach(LOOKUP3, 16) == 11  # round 32: the 4-token run of round 1 is in the window...
+    auto.table(LOOKUP3).observe(3, 1)
+    assert auto._reach(LOOKUP3, 16) == 5  # ...and at round 33 it has left
     assert auto._reach(MODEL_KEY, 16) == 16
     g = CostModel()
     for n in (1, 2, 4, 8, 16):
@@ -144,6 +146,40 @@ def test_a_free_draft_is_verified_at_most_twice_its_longest_run_plus_three():
     for n, v in {1: 0.1, 2: 0.15, 4: 0.2, 8: 0.4}.items():
         h.add_verify(n, v)
     assert AutoK(h)._reach(LOOKUP3, 16) == 4  # a fifth draft token: V(6) = 0.3 > 2 x V(1), not extended
+
+
+def test_auto_is_cautious_where_a_long_draft_costs_more_than_three_tokens():
+    """Cautious where verifying k_max + 1 tokens costs more than 3 x one token (values by hand)."""
+    assert AutoK(CostModel()).cautious()  # nothing measured: cautious
+    cpu, gpu = CostModel(), CostModel()
+    for n in (1, 2, 4, 8, 16):
+        cpu.add_verify(n, 0.1 * n)
+        gpu.add_verify(n, 0.1 + 0.005 * n)
+    assert AutoK(cpu).cautious() and not AutoK(gpu).cautious()
+    edge = CostModel()  # V(1) 0.1, V(2) 0.15, V(5) exactly 0.3, V(6) 0.31, V(3) 0.2
+    for n, v in {1: 0.1, 2: 0.15, 3: 0.2, 5: 0.3, 6: 0.31}.items():
+        edge.add_verify(n, v)
+    assert not AutoK(edge, k_max=4).cautious()  # V(5) = 3 x V(1): not more
+    assert AutoK(edge, k_max=5).cautious()  # V(6) is
+    steep = CostModel()  # V(5) 0.35 > 3 x V(1), V(4) 0.29 is not
+    for n, v in {1: 0.1, 2: 0.12, 4: 0.29, 5: 0.35}.items():
+        steep.add_verify(n, v)
+    assert AutoK(steep, k_max=4).cautious() and not AutoK(steep, k_max=3).cautious()
+    # A cautious Auto's fresh keys inherit their parent's weight; a bold one's only its mean.
+    assert AutoK(cpu).table(LOOKUP3).inherit == 16.0 and AutoK(gpu).table(LOOKUP3).inherit == 0.0
+
+
+def test_a_cautious_reach_grows_while_a_rejected_draft_costs_at_most_one_plain_step_more():
+    """V(n) flat to 8 tokens (0.2 s, twice one token's 0.1 s), then steep: from the start of 4, each
+    draft token more is allowed while verifying it costs at most 2 x V(1), up to the limit."""
+    c = CostModel()
+    for n, v in {1: 0.1, 8: 0.2, 16: 1.0}.items():
+        c.add_verify(n, v)
+    auto = AutoK(c)
+    assert auto.cautious()
+    assert auto._reach(LOOKUP3, 16) == 7  # 7 draft tokens: V(8) = 0.2 exactly; 8 would be V(9) = 0.3
+    assert auto._reach(LOOKUP3, 6) == 6  # never past the limit
+    assert auto._reach(LOOKUP3, 3) == 3
 
 
 def test_unmeasured_prices_fall_back_to_what_is_known():
