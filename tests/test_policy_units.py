@@ -156,8 +156,8 @@ def test_auto_is_cautious_where_a_long_draft_costs_more_than_three_tokens():
         cpu.add_verify(n, 0.1 * n)
         gpu.add_verify(n, 0.1 + 0.005 * n)
     assert AutoK(cpu).cautious() and not AutoK(gpu).cautious()
-    edge = CostModel()  # V(1) 0.1, V(2) 0.15, V(5) exactly 0.3, V(6) 0.31, V(3) 0.2
-    for n, v in {1: 0.1, 2: 0.15, 3: 0.2, 5: 0.3, 6: 0.31}.items():
+    edge = CostModel()  # V(5) exactly 3 x V(1) (binary fractions: no rounding), V(6) more
+    for n, v in {1: 0.25, 2: 0.375, 3: 0.5, 5: 0.75, 6: 0.875}.items():
         edge.add_verify(n, v)
     assert not AutoK(edge, k_max=4).cautious()  # V(5) = 3 x V(1): not more
     assert AutoK(edge, k_max=5).cautious()  # V(6) is
@@ -171,13 +171,14 @@ def test_auto_is_cautious_where_a_long_draft_costs_more_than_three_tokens():
 
 def test_a_cautious_reach_grows_while_a_rejected_draft_costs_at_most_one_plain_step_more():
     """V(n) flat to 8 tokens (0.2 s, twice one token's 0.1 s), then steep: from the start of 4, each
-    draft token more is allowed while verifying it costs at most 2 x V(1), up to the limit."""
+    draft token more is allowed while verifying it costs at most 2 x V(1) (not 2 x V(2), 0.229 s), up to
+    the limit."""
     c = CostModel()
-    for n, v in {1: 0.1, 8: 0.2, 16: 1.0}.items():
+    for n, v in {1: 0.1, 8: 0.2, 9: 0.22, 16: 1.0}.items():
         c.add_verify(n, v)
     auto = AutoK(c)
     assert auto.cautious()
-    assert auto._reach(LOOKUP3, 16) == 7  # 7 draft tokens: V(8) = 0.2 exactly; 8 would be V(9) = 0.3
+    assert auto._reach(LOOKUP3, 16) == 7  # 7 draft tokens: V(8) = 0.2 exactly; 8 would be V(9) = 0.22
     assert auto._reach(LOOKUP3, 6) == 6  # never past the limit
     assert auto._reach(LOOKUP3, 3) == 3
 

@@ -23,6 +23,9 @@ What each price covers, so that none is inflated by how long drafting was off:
   the estimate turns over within a few dozen rounds when the drafter starts (or stops) agreeing.
 - Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
   one wins outright.
+- Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious with free drafts:
+  a fresh key is as sure as its parent, and a lookup's length grows with the runs its key has kept
+  (CAUTIOUS, REACH_GROWTH).
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
 tried at once if that look costs at most a plain round); a probe that is fully accepted is
