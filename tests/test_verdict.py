@@ -280,3 +280,21 @@ def test_a_load_that_came_at_mid_reply_is_seen_when_the_long_rounds_come_late():
         one.add_round(c, PLAIN, 1)
     one.add_round(c, drafting(verify_s=4.0), 4)
     assert one.certainty() is Certainty.SETTLED
+
+
+def test_the_middle_of_a_replys_time_and_the_halves_of_rounds_when_one_round_fills_a_half():
+    """_middle is the first round that starts at or after half the verify time (values by hand), and a
+    half of time holding fewer than 2 rounds falls back to halves of rounds."""
+    c = cpu_costs()
+    even = PlainEstimate()
+    for _ in range(6):
+        even.add_round(c, PLAIN, 1)  # 0.1 s each: round 3 starts at 0.3 s of 0.6 s
+    assert even._middle() == 3
+    v = PlainEstimate()
+    v.add_round(c, drafting(verify_s=4.0), 4)  # 10x the shape, 4 s: the first half of time alone
+    v.add_round(c, drafting(verify_s=1.2), 4)  # 3x
+    for _ in range(3):
+        v.add_round(c, PLAIN, 1)
+    assert v._middle() == 1
+    # Halves of rounds, 2 | 3: median speed 6.5 against 1.0.
+    assert v.certainty() is Certainty.LOAD_CHANGED
