@@ -117,10 +117,9 @@ def test_a_fresh_key_is_as_sure_as_its_parent():
     assert auto.table(DraftKey(DraftKind.LOOKUP, 4)).beta() == pytest.approx((16 * mean, 16 * (1 - mean)))
 
 
-def test_a_free_draft_is_verified_at_most_twice_its_longest_run_plus_three():
-    """A lookup key's drafts are cut to 2 x its longest kept run of the last 32 rounds + 3 (4 before any,
-    or its parent's); not where a wholly rejected draft costs at most one plain step more; never a
-    model draft, whose drafting is priced (values by hand)."""
+def test_a_draft_is_at_most_twice_its_longest_run_plus_three():
+    """A key's drafts are cut to 2 x its longest kept run of the last 32 rounds + 3 (4 before any, or its
+    parent's); not where a wholly rejected draft costs at most one plain step more (values by hand)."""
     c = CostModel()
     for n in (1, 2, 4, 8, 16):
         c.add_verify(n, 0.1 * n)  # a CPU: n tokens cost n steps
@@ -137,7 +136,9 @@ def test_a_free_draft_is_verified_at_most_twice_its_longest_run_plus_three():
     assert auto._reach(LOOKUP3, 16) == 11  # round 32: the 4-token run of round 1 is in the window...
     auto.table(LOOKUP3).observe(3, 1)
     assert auto._reach(LOOKUP3, 16) == 5  # ...and at round 33 it has left
-    assert auto._reach(MODEL_KEY, 16) == 16
+    assert auto._reach(MODEL_KEY, 16) == 4  # the model drafter's own runs: none yet
+    auto.table(MODEL_KEY).observe(5, 5)
+    assert auto._reach(MODEL_KEY, 16) == 13
     g = CostModel()
     for n in (1, 2, 4, 8, 16):
         g.add_verify(n, 0.1 + 0.005 * n)  # a GPU: a block costs about one token

@@ -23,9 +23,8 @@ What each price covers, so that none is inflated by how long drafting was off:
   the estimate turns over within a few dozen rounds when the drafter starts (or stops) agreeing.
 - Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
   one wins outright.
-- Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious with free drafts:
-  a fresh key is as sure as its parent, and a lookup's length grows with the runs its key has kept
-  (CAUTIOUS, REACH_GROWTH).
+- Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious: a fresh key is
+  as sure as its parent, and a draft's length grows with the runs its key has kept (CAUTIOUS).
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
 tried at once if that look costs at most a plain round); a probe that is fully accepted is
@@ -69,14 +68,15 @@ POOLED_ROUNDS, OWN_ROUNDS = 16, 32
 #: How many judgements the pooled estimate is worth against a position's own.
 OWN_WEIGHT = 8.0
 #: Where a long draft wholly rejected costs many plain steps (verifying k_max + 1 tokens costs more than
-#: CAUTIOUS x one token: CPUs, 6x here; not GPUs or Apple silicon, 1.3-2.4x), Auto is cautious with free
-#: drafts. On a 2-core Zen 5, three fresh lookup match lengths each verified 15 tokens of a document the
-#: reply had stopped quoting, on a prior's long tail, and made Auto 0.65x of plain decoding. So there
+#: CAUTIOUS x one token: CPUs, 6x here; not GPUs or Apple silicon, 1.3-2.4x), Auto is cautious. On a
+#: 2-core Zen 5, three fresh lookup match lengths each verified 15 tokens of a document the reply had
+#: stopped quoting, on a prior's long tail, and made Auto 0.65x of plain decoding; after five one-token
+#: probes kept, the model drafter drafted 15 (replayed: translation at 0.81x). So there
 #: - a fresh key starts from its parent's posterior, as sure as up to PARENT_WEIGHT of its judgements
 #:   (not from the parent's mean at the prior's weight of 2), and
-#: - a lookup is verified at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS
-#:   rounds + REACH_STEP tokens (REACH_START before any; longer while a wholly rejected draft still
-#:   costs at most one plain step more): 4, 11, 16 over rounds that kept everything.
+#: - a draft is at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS rounds +
+#:   REACH_STEP tokens (REACH_START before any; longer while a wholly rejected draft still costs at
+#:   most one plain step more): 4, 11, 16 over rounds that kept everything.
 CAUTIOUS = 3.0
 PARENT_WEIGHT = 16.0
 REACH_GROWTH, REACH_STEP, REACH_START = 2, 3, 4
@@ -585,10 +585,10 @@ class AutoK(DraftPolicy):
         return not v1 or not v_max or v_max > CAUTIOUS * v1
 
     def _reach(self, key: DraftKey, limit: int) -> int:
-        """The longest free draft (a lookup's) worth verifying now: Acceptance.reach where Auto is cautious,
-        or longer while even a wholly rejected draft costs at most one plain step more."""
-        if key.kind is DraftKind.MODEL or not self.cautious():
-            return limit  # a model's drafting is priced per token: a long draft is already dear to choose
+        """The longest draft worth asking for now: Acceptance.reach where Auto is cautious, or longer while
+        even a wholly rejected draft costs at most one plain step more."""
+        if not self.cautious():
+            return limit
         reach = min(limit, self.table(key).reach())
         v1 = self.costs.verify_cost(1) or 0.0
         while reach < limit and (self.costs.verify_cost(reach + 2) or math.inf) <= 2 * v1:
