@@ -64,6 +64,31 @@ def test_replies_refine_what_is_kept(tiny):
     assert all(after[n] != before[n] for n in before)  # written back at the speed the reply ran
 
 
+def test_a_drafter_switched_to_under_load_costs_what_was_kept_and_switching_back_changes_nothing(tiny):
+    """The drafter's step is held at the calibration's speed and priced at today's (CostModel.draft_cost):
+    a kept step read while plain rounds run 3x slow is today's price, and switching drafters back and
+    forth neither measures nor re-reads the store (found: each switch under a 3x load tripled the step
+    written back, to 0.5 s a token after a benchmark run)."""
+    open_session(tiny, n_threads=1).close()  # measures and keeps target and drafter
+    s = open_session(tiny, drafter=False, n_threads=1)
+    try:
+        kept = calibration.load(s._key(s.target))
+        assert kept is not None and s.target.passes == 0
+        s.costs.plain_speed.value = 3.0  # plain rounds now run 3x slower than the calibration
+        s.set_drafter(str(tiny["drafter"]))
+        step = calibration.load(s._key(s.draft_model))["step"]
+        assert s.draft_model.passes == 0  # read, not measured
+        assert s.costs.draft_cost(1) == pytest.approx(step)  # kept at the speed it was written at: today's
+        assert s.costs.draft_per_token.value == pytest.approx(step / 3)
+        price = s.costs.draft_cost(1)
+        for _ in range(3):
+            s.set_drafter(None)
+            s.set_drafter(str(tiny["drafter"]))
+        assert s.costs.draft_cost(1) == pytest.approx(price) and s.draft_model.passes == 0
+    finally:
+        s.close()
+
+
 def test_a_damaged_store_only_costs_a_measurement(tiny):
     calibration.store_path().parent.mkdir(parents=True, exist_ok=True)
     calibration.store_path().write_bytes(b"\x00not json{")

@@ -121,6 +121,9 @@ class Session:
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
+        self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float]] = {}
+        """Per loaded drafter (id): its step, catch-up and interference as this session last had them, so a
+        switch back neither measures nor reads the store again (kept figures are at another moment's speed)."""
         self.drafter: Drafter | None = None
         self._drafter_note: list[str] = []
         self._cpu_note: list[str] = []  # why a drafter runs without its copy for this CPU, if it does
@@ -171,7 +174,9 @@ class Session:
         try:
             if fresh:
                 check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
-            if changed and model is not None and self._calibrate:
+            if changed and model is not None and id(model) in self._drafter_costs:
+                per_token, catchup, interference = self._drafter_costs[id(model)]  # as this session left them
+            elif changed and model is not None and self._calibrate:
                 interference = self._measure_drafter(model, per_token, catchup, cancel=cancel)
         except BaseException:
             if fresh:
@@ -183,8 +188,10 @@ class Session:
         self.spec = spec
         self.drafter = self._make_drafter()
         if changed:
-            self.costs.draft_per_token, self.costs.catchup = per_token, catchup
-            self.costs.interference = interference
+            c = self.costs
+            if self.draft_model is not None and self.draft_model is not model:
+                self._drafter_costs[id(self.draft_model)] = (c.draft_per_token, c.catchup, c.interference)
+            c.draft_per_token, c.catchup, c.interference = per_token, catchup, interference
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
@@ -262,19 +269,23 @@ class Session:
         """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)."""
         key = self._key(model)
         kept = None if fresh else calibration.load(key)
+        # Kept and held at the calibration's speed (CostModel.draft_per_token): what is read or timed now,
+        # mid-session, is at today's speed as plain rounds measure it (kept figures were written at it).
+        # Stored as read, a kept step re-read under a 3x load grew 3x at every switch of drafter.
+        now = self.costs.plain_speed.value or 1.0
         if kept is not None and kept["step"] and kept["quiet"]:
-            per_token.add(kept["step"])
+            per_token.add(kept["step"] / now)
             for n, dt in kept["blocks"].items():
-                catchup.add(n, dt)
+                catchup.add(n, dt / now)
             self.kept_calibration.append(model.path.name)
             self._quiet[key] = True
             return kept["interference"]
         points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
         for n, dt in points:
             if n == 1:
-                per_token.add(dt)
+                per_token.add(dt / now)
             else:
-                catchup.add(n, dt)
+                catchup.add(n, dt / now)
         interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
         blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
         if per_token.value and blocks:
