@@ -10,7 +10,7 @@ from engine.decoding.draft_choice import DraftLength
 from engine.decoding.policy import (  # noqa: I001
     _Probe,
     MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
-    RoundOutcome, make_policy,
+    RoundOutcome, make_policy, pair_class,
 )
 
 LOOKUP3 = DraftKey(DraftKind.LOOKUP, 3)
@@ -592,3 +592,20 @@ def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_readin
     # 0.06 s saved over 2 tokens: 99 * 0.062 s is where it stops paying.
     assert auto_with(99 * 0.062 - 1e-6).request(1, behind=2, remaining=2).model_k == 1
     assert auto_with(99 * 0.062 + 1e-6).request(1, behind=2, remaining=2).model_k == 0
+
+
+def test_a_correction_of_the_shape_prices_blocks_of_its_own_size_class():
+    """Adjacent plain and drafting rounds correct V(1)/V(n) for blocks of about that size only: 16-token
+    lookups measured 0.9 of the shape must not price 5-token model rounds (values by hand)."""
+    c = CostModel()
+    for n, v in {1: 0.1, 5: 0.3, 16: 0.6}.items():
+        c.add_verify(n, v)
+    for _ in range(3):  # plain 0.1 s next to 16 tokens in 0.6 / 0.9 s: measured V1/V16 = 0.9 x the shape's
+        c.record(outcome(verify_s=0.1))
+        c.record(outcome(k=15, drafted=15, accepted=15, verify_s=0.6 / 0.9, key=LOOKUP3))
+    assert c.correction(16) == pytest.approx(0.9) and c.correction(9) == pytest.approx(0.9)
+    assert c.correction(5) == 1.0 and c.correction(8) == 1.0  # nothing measured at 5-8 tokens
+    assert [pair_class(n) for n in (2, 3, 4, 5, 8, 9, 16, 17)] == [1, 2, 2, 3, 3, 4, 4, 5]
+    # Priced plain: a 5-token round of 0.3 s costs plain 0.1 s a token; a 16-token one 0.9 x (0.6/0.9) / 6.
+    assert c.plain_price(5, 0.3) == pytest.approx(0.1 * c.speed_ratio(5, 0.3) + c.round_overhead(0))
+    assert c.plain_price(16, 0.6) == pytest.approx(0.1 * c.speed_ratio(16, 0.6) * 0.9 + c.round_overhead(0))

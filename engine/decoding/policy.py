@@ -196,9 +196,14 @@ class BlockCost:
 #: How fast the machine's speed factor follows the rounds: about three rounds to move most of the
 #: way to a new load (a browser, a build, battery saving), yet one slow round moves it only 30%.
 SPEED_ALPHA = 0.3
-#: Adjacent-pair corrections of the shape kept (their median counts: one pair that straddles a
+#: Adjacent-pair corrections of the shape kept per size of block (their median counts: one pair that straddles a
 #: change of load is outvoted).
 PAIRS = 7
+
+
+def pair_class(n: int) -> int:
+    """Blocks whose V(1)/V(n) one correction covers: 2, 3-4, 5-8, 9-16, 17-32 tokens."""
+    return (n - 1).bit_length()
 
 
 class CostModel:
@@ -217,7 +222,9 @@ class CostModel:
     def __init__(self) -> None:
         self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, as calibrated
         self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
-        self.pairs: deque[float] = deque(maxlen=PAIRS)
+        self.pairs: dict[int, deque[float]] = {}
+        """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
+        lookups priced a later reply's 5-token model rounds 10% too cheap."""
         self._last: tuple[int, float] | None = None  # the last round's block size and seconds
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
         self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
@@ -238,9 +245,11 @@ class CostModel:
         """A calibration point of the shape, at the current speed."""
         self.verify.add(n, seconds / (self.speed.value or 1.0))
 
-    def correction(self) -> float:
-        """Measured V(1)/V(n) over the shape's, from adjacent plain and drafting rounds (1: none yet)."""
-        return statistics.median(self.pairs) if self.pairs else 1.0
+    def correction(self, n: int) -> float:
+        """Measured V(1)/V(n) over the shape's for blocks of about n tokens, from adjacent plain and drafting
+        rounds (1: none yet)."""
+        pairs = self.pairs.get(pair_class(n))
+        return statistics.median(pairs) if pairs else 1.0
 
     def verify_cost(self, n: int) -> float | None:
         """V(n) now: the shape at today's speed (what Auto prices draft lengths with; the pair
@@ -263,7 +272,7 @@ class CostModel:
         ratio, shape1 = self.speed_ratio(n, seconds), self.verify(1)
         if ratio is None or not shape1:
             return None
-        return shape1 * ratio * self.correction() + self.round_overhead(0)
+        return shape1 * ratio * self.correction(n) + self.round_overhead(0)
 
     def new_reply(self) -> None:
         """A reply starts: its first round sits at another depth than the last one's, no pair with it."""
@@ -276,7 +285,7 @@ class CostModel:
         (_, t1), (nn, tn) = (last, (n, seconds)) if last[0] == 1 else ((n, seconds), last)
         s1, sn = self.verify(1), self.verify(nn)
         if s1 and sn and tn > 0 and t1 > 0:
-            self.pairs.append((t1 / tn) / (s1 / sn))
+            self.pairs.setdefault(pair_class(nn), deque(maxlen=PAIRS)).append((t1 / tn) / (s1 / sn))
 
     def observe_verify(self, n: int, seconds: float) -> None:
         """A real round: the speed follows it, and a plain round next to a drafting one corrects the
