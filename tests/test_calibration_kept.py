@@ -69,6 +69,8 @@ def test_a_drafter_switched_to_under_load_costs_what_was_kept_and_switching_back
     a kept step read while plain rounds run 3x slow is today's price, and switching drafters back and
     forth neither measures nor re-reads the store (found: each switch under a 3x load tripled the step
     written back, to 0.5 s a token after a benchmark run)."""
+    from engine.decoding.session import GenerationSettings
+
     open_session(tiny, n_threads=1).close()  # measures and keeps target and drafter
     s = open_session(tiny, drafter=False, n_threads=1)
     try:
@@ -85,6 +87,15 @@ def test_a_drafter_switched_to_under_load_costs_what_was_kept_and_switching_back
             s.set_drafter(None)
             s.set_drafter(str(tiny["drafter"]))
         assert s.costs.draft_cost(1) == pytest.approx(price) and s.draft_model.passes == 0
+        # A reply writes the price back at today's speed; the load then halves. A drafter switched back to
+        # keeps what this session held (at the calibration's speed), priced at the new speed: the half.
+        list(s.chat([{"role": "user", "content": "hello"}], GenerationSettings(draft_max=0, max_tokens=2)))
+        s.costs.plain_speed.value = 1.5
+        held = s.costs.draft_per_token.value
+        s.set_drafter(None)
+        s.set_drafter(str(tiny["drafter"]))
+        assert s.costs.draft_per_token.value == pytest.approx(held)
+        assert s.costs.draft_cost(1) == pytest.approx(held * 1.5)
     finally:
         s.close()
 

@@ -168,7 +168,8 @@ class Session:
                 model = LlamaModel(self._drafter_file(path, load, cancel), load,
                                    progress=(lambda v: progress(LoadStage.DRAFTER, v)) if progress else None, cancel=cancel)
                 fresh = True
-        changed = model is not self.draft_model
+        previous = self.draft_model
+        changed = model is not previous
         per_token, catchup = Ewma(), BlockCost()
         interference = 1.0
         try:
@@ -189,8 +190,8 @@ class Session:
         self.drafter = self._make_drafter()
         if changed:
             c = self.costs
-            if self.draft_model is not None and self.draft_model is not model:
-                self._drafter_costs[id(self.draft_model)] = (c.draft_per_token, c.catchup, c.interference)
+            if previous is not None:
+                self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference)
             c.draft_per_token, c.catchup, c.interference = per_token, catchup, interference
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
