@@ -34,11 +34,11 @@ def test_control_rounds_change_no_greedy_token_and_teach_the_correction(session,
     monkeypatch.setattr(verdict, "CONTROL_BUDGET", float("inf"))
     greedy = GenerationSettings(draft_max=3, max_tokens=120)
     with_controls, ks = reply(session, True, greedy)
+    assert session.costs.pairs  # next to a drafting one: the shape's V(1)/V(n) was measured (for this reply)
     without, ks_off = reply(session, False, greedy)
     plain, _ = reply(session, False, GenerationSettings(draft_max=0, max_tokens=120))
     assert with_controls == without == plain
     assert 0 in ks[:-1] and 0 not in ks_off[:-1]  # a plain round among drafting ones, not at the end only
-    assert session.costs.pairs  # ...next to a drafting one: the shape's V(1)/V(n) was measured
 
 
 def test_a_seed_under_sampling_still_repeats_its_text(session):

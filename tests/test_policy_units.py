@@ -609,3 +609,20 @@ def test_a_correction_of_the_shape_prices_blocks_of_its_own_size_class():
     # Priced plain: a 5-token round of 0.3 s costs plain 0.1 s a token; a 16-token one 0.9 x (0.6/0.9) / 6.
     assert c.plain_price(5, 0.3) == pytest.approx(0.1 * c.speed_ratio(5, 0.3) + c.round_overhead(0))
     assert c.plain_price(16, 0.6) == pytest.approx(0.1 * c.speed_ratio(16, 0.6) * 0.9 + c.round_overhead(0))
+
+
+def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():
+    """A plain round beside a drafting one corrects the shape only when both verify passes got the CPU
+    (share >= 0.85), and a new reply starts with no correction (values by hand)."""
+    c = CostModel()
+    for n, v in {1: 0.1, 5: 0.3}.items():
+        c.add_verify(n, v)
+    c.record(outcome(verify_s=0.1))
+    c.record(outcome(k=4, drafted=4, accepted=4, verify_s=0.25, share=0.6))  # beside a busy process
+    c.record(outcome(verify_s=0.1, share=0.6))
+    assert c.correction(5) == 1.0 and not c.pairs
+    c.record(outcome(verify_s=0.1))
+    c.record(outcome(k=4, drafted=4, accepted=4, verify_s=0.25))
+    assert c.correction(5) == pytest.approx((0.1 / 0.25) / (0.1 / 0.3))  # 1.2
+    c.new_reply()
+    assert c.correction(5) == 1.0

@@ -41,6 +41,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 
+from engine.decoding.calibration import disturbed
 from engine.decoding.draft_choice import AUTO_TEXT, DraftLength
 from engine.decoding.events import DraftKind
 
@@ -164,6 +165,9 @@ class RoundOutcome:
     """Seconds the drafter spent reading tokens it had not seen before it could draft."""
     catchup_tokens: int = 0
     """How many tokens that was (in one batched read)."""
+    share: float = 1.0
+    """Of the CPU time the target's threads could have had while verifying, the share they got (1: the
+    machine was ours, or not judged: calibration.judged). A pair of rounds beside other work is noise."""
 
 
 class BlockCost:
@@ -225,7 +229,7 @@ class CostModel:
         self.pairs: dict[int, deque[float]] = {}
         """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
         lookups priced a later reply's 5-token model rounds 10% too cheap."""
-        self._last: tuple[int, float] | None = None  # the last round's block size and seconds
+        self._last: tuple[int, float, bool] | None = None  # the last round's block size, seconds, undisturbed
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
         self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
@@ -275,26 +279,28 @@ class CostModel:
         return shape1 * ratio * self.correction(n) + self.round_overhead(0)
 
     def new_reply(self) -> None:
-        """A reply starts: its first round sits at another depth than the last one's, no pair with it."""
+        """A reply starts at another depth in the context, maybe under another load: it learns its own pairs.
+        (Kept across replies, pairs learned beside a busy process made a quiet reply's verdict 2.8x for 0.94x.)"""
         self._last = None
+        self.pairs.clear()
 
-    def _learn_pair(self, n: int, seconds: float) -> None:
-        last, self._last = self._last, (n, seconds)
-        if last is None or (last[0] == 1) == (n == 1):
-            return
-        (_, t1), (nn, tn) = (last, (n, seconds)) if last[0] == 1 else ((n, seconds), last)
+    def _learn_pair(self, n: int, seconds: float, calm: bool = True) -> None:
+        last, self._last = self._last, (n, seconds, calm)
+        if last is None or (last[0] == 1) == (n == 1) or not (calm and last[2]):
+            return  # not a plain round beside a drafting one, or one of them ran beside other work
+        (_, t1, _), (nn, tn, _) = (last, self._last) if last[0] == 1 else (self._last, last)
         s1, sn = self.verify(1), self.verify(nn)
         if s1 and sn and tn > 0 and t1 > 0:
             self.pairs.setdefault(pair_class(nn), deque(maxlen=PAIRS)).append((t1 / tn) / (s1 / sn))
 
-    def observe_verify(self, n: int, seconds: float) -> None:
+    def observe_verify(self, n: int, seconds: float, share: float = 1.0) -> None:
         """A real round: the speed follows it, and a plain round next to a drafting one corrects the
         shape. The shape's points themselves change only while it has fewer than two (nothing
         calibrated: a session told not to measure learns them from its first rounds)."""
         if self.verify(n) is None or (n not in self.verify.by_size and len(self.verify.by_size) < 2):
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
-        self._learn_pair(n, seconds)
+        self._learn_pair(n, seconds, not disturbed(share))
         ratio = self.speed_ratio(n, seconds)
         self.speed.add(ratio)
         if n == 1:
@@ -302,7 +308,7 @@ class CostModel:
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
-        self.observe_verify(o.drafted + 1, o.verify_s)
+        self.observe_verify(o.drafted + 1, o.verify_s, o.share)
         self.overhead.add(o.overhead_s)
         if o.catchup_tokens:  # kept at the calibration's speed, as the target's shape is
             self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from engine.decoding.calibration import judged
 from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel, Logits
@@ -215,6 +216,8 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             rows, verify_s = verify(target, ctx, draft)
         except Interrupted:
             return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
+        # The verify pass's share of the CPU (calibration.judged: where it says anything about other work).
+        share = target.last_share if target.cpu_bound and judged(target.info.size) else 1.0
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
         new = draft.tokens[: verdict.accepted] + [verdict.next_token]
@@ -226,7 +229,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         # As measured here; the round's overhead is added once its events are out (engine.decoding.round_costs).
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
-            key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens,
+            key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
         )
         policy.observe(outcome)
         if control is not None:
