@@ -432,13 +432,20 @@ def test_the_stats_panel_shows_all_its_text_at_the_default_size(qtbot, tiny, iso
     assert (w.width(), w.height()) == (1280, 800)
     send(qtbot, w)
     assert "of the time drafting" in w.stats.fields["time"].text()
-    for label in (*w.stats.fields.values(), w.stats.verdict):
-        # Every line of the label fits inside it: wrapped text needs no more room than it was given.
-        needed = label.fontMetrics().boundingRect(QRect(0, 0, label.contentsRect().width(), 10_000),
-                                                   int(Qt.TextFlag.TextWordWrap), label.text())
-        assert needed.width() <= label.contentsRect().width(), (label.objectName(), label.text())
-        assert needed.height() <= label.contentsRect().height() + 1, (label.objectName(), label.text())
-        assert label.geometry().right() <= w.stats.contentsRect().right()
+    labels = (*w.stats.fields.values(), w.stats.verdict)
+
+    def check():
+        for label in labels:
+            # Every line of the label fits inside it: wrapped text needs no more room than it was given.
+            needed = label.fontMetrics().boundingRect(QRect(0, 0, label.contentsRect().width(), 10_000),
+                                                       int(Qt.TextFlag.TextWordWrap), label.text())
+            assert needed.width() <= label.contentsRect().width(), (label.objectName(), label.text())
+            assert needed.height() <= label.contentsRect().height() + 1, (label.objectName(), label.text())
+            assert label.geometry().right() <= w.stats.contentsRect().right()
+
+    # The last stats arrive with the reply's end; Qt lays the panel out on its next pass of the event
+    # loop (what a person sees a frame later), so give it that pass rather than reading mid-layout.
+    qtbot.waitUntil(check, timeout=2000)
 
 
 def test_the_chat_view_draws_each_mark_as_rendered_above(qtbot, tiny, isolated_home):
