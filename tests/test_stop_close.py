@@ -302,12 +302,15 @@ def test_a_real_app_process_closed_mid_reply_saves_it_and_exits_cleanly(tiny, is
                 raise AssertionError(f"the app ended before a reply streamed: {proc.wait()} {proc.stderr.read()}")
             rest = terminated_cleanly(proc)
         (reply_id, n_shown), = shown.items()
-        if f"finished {reply_id} stop" in rest:
-            continue
         with sqlite3.connect(database_path()) as db:
             finish, error = db.execute("SELECT finish_reason, error FROM messages WHERE id=?", (reply_id,)).fetchone()
             saved, = db.execute("SELECT COUNT(*) FROM tokens WHERE message_id=?", (reply_id,)).fetchone()
-        assert finish == "cancelled" and saved >= n_shown
+        assert saved >= n_shown
+        if f"finished {reply_id} stop" in rest or (finish == "stop" and error is None):
+            # It ended by itself just before the TERM: seen by the window, or still in the tick's batch
+            # when the window closed, which saves the end the engine reported. Then again.
+            continue
+        assert finish == "cancelled"
         # The window saw it end as stopped before it closed, or (the stop took longer than the window waits,
         # as on a busy machine) it was saved as stopped when the window closed.
         assert f"finished {reply_id} cancelled" in rest or error == "stopped: the app was closed during the reply"
