@@ -39,6 +39,7 @@ if [ ${#tests[@]} -eq 0 ]; then
             engine/decoding/drafters.py)
                 tests+=(tests/test_mutation_kills_drafters.py tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_history_index.py tests/test_sampling_exactness.py) ;;
             engine/decoding/policy.py) tests+=(tests/test_policy_units.py tests/test_policy.py tests/test_replay.py) ;;
+            engine/decoding/verdict.py) tests+=(tests/test_verdict.py tests/test_control_rounds.py) ;;
             *) echo "no default tests for $f: name them after --" >&2; exit 2 ;;
         esac
     done

@@ -611,6 +611,29 @@ def test_a_correction_of_the_shape_prices_blocks_of_its_own_size_class():
     assert c.plain_price(16, 0.6) == pytest.approx(0.1 * c.speed_ratio(16, 0.6) * 0.9 + c.round_overhead(0))
 
 
+def test_a_pair_is_learned_whichever_round_comes_first_and_only_the_latest_seven_count():
+    """A drafting round then a plain one is a pair as much as the other way round; two plain rounds are
+    none; a round timed at zero teaches nothing (and raises nothing); seven pairs per class are kept
+    (values by hand)."""
+    c = CostModel()
+    for n, v in {1: 0.1, 2: 0.15}.items():
+        c.add_verify(n, v)
+    c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.15 / 0.8))  # 2 tokens first: V1/V2 0.8 x the shape's
+    c.record(outcome(verify_s=0.1))
+    assert c.correction(2) == pytest.approx(0.8) and set(c.pairs) == {1}
+    c.record(outcome(verify_s=0.1))  # plain beside plain
+    assert len(c.pairs[1]) == 1
+    c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.0))  # clocks that did not move: beside plain
+    c.record(outcome(verify_s=0.0))  # and plain beside it
+    c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.15))  # beside a plain round timed at zero
+    assert len(c.pairs[1]) == 1
+    for _ in range(5):  # nine more pairs, each V1/V2 0.5 x the shape's: the first one's 0.8 drops out
+        c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.3))
+        c.record(outcome(verify_s=0.1))
+    assert len(c.pairs[1]) == 7 and c.correction(2) == pytest.approx(0.5)
+    assert 0.8 not in [round(x, 6) for x in c.pairs[1]]
+
+
 def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():
     """A plain round beside a drafting one corrects the shape only when both verify passes got the CPU
     (share >= 0.85), and a new reply starts with no correction (values by hand)."""

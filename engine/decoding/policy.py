@@ -284,7 +284,7 @@ class CostModel:
         self._last = None
         self.pairs.clear()
 
-    def _learn_pair(self, n: int, seconds: float, calm: bool = True) -> None:
+    def _learn_pair(self, n: int, seconds: float, calm: bool) -> None:
         last, self._last = self._last, (n, seconds, calm)
         if last is None or (last[0] == 1) == (n == 1) or not (calm and last[2]):
             return  # not a plain round beside a drafting one, or one of them ran beside other work
