@@ -290,6 +290,16 @@ def test_the_middle_of_a_replys_time_and_the_halves_of_rounds_when_one_round_fil
     for _ in range(6):
         even.add_round(c, PLAIN, 1)  # 0.1 s each: round 3 starts at 0.3 s of 0.6 s
     assert even._middle() == 3
+    exact = PlainEstimate()  # times that add up exactly: the round that starts at half the time is the second half's
+    for _ in range(4):
+        exact.add_round(c, drafting(verify_s=0.25), 4)
+    assert exact._middle() == 2
+    still = PlainEstimate()  # rounds a clock timed at zero: no speed to compare, no load change, no error
+    for _ in range(3):
+        still.add_round(c, drafting(verify_s=0.0), 4)
+    for _ in range(3):
+        still.add_round(c, PLAIN, 1)
+    assert still.certainty() is Certainty.SETTLED
     v = PlainEstimate()
     v.add_round(c, drafting(verify_s=4.0), 4)  # 10x the shape, 4 s: the first half of time alone
     v.add_round(c, drafting(verify_s=1.2), 4)  # 3x
