@@ -173,6 +173,7 @@ def test_a_pass_is_judged_by_the_share_of_cpu_time_its_threads_got():
     assert calibration.disturbed(0.66)  # a busy loop on one of two cores
     assert not calibration.disturbed(0.85) and calibration.disturbed(0.849)
     assert calibration.judged(64 * 2**20) and not calibration.judged(64 * 2**20 - 1)  # tiny models: wake-ups dominate
+    assert calibration.judged_share(0.5, 64 * 2**20) == 0.5 and calibration.judged_share(0.5, 64 * 2**20 - 1) == 1.0
 
 
 def test_the_median_is_of_the_undisturbed_passes_and_says_whether_there_were_enough():

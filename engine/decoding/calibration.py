@@ -42,6 +42,12 @@ def judged(file_bytes: int) -> bool:
     return file_bytes >= JUDGED_MIN_BYTES
 
 
+def judged_share(share: float, file_bytes: int) -> float:
+    """A pass's share of CPU time as the judgement reads it: 1 (undisturbed) for a model too small to
+    judge. (LlamaModel.last_share is already 1 off the CPU.)"""
+    return share if judged(file_bytes) else 1.0
+
+
 def disturbed(share: float) -> bool:
     """Whether a pass whose threads got `share` of the CPU time they could have had ran beside other work."""
     return share < QUIET_SHARE

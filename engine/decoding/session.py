@@ -377,7 +377,6 @@ class Session:
 
         sizes = list(sizes) if model.can_trim else list(sizes[:1])
         passes: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
-        judge = model.cpu_bound and calibration.judged(model.info.size)  # whether shares say anything
 
         def enough(n: int) -> bool:
             return calibration.undisturbed_median(passes[n], repeats)[1]
@@ -398,7 +397,7 @@ class Session:
                 model.decode(self._repeated_probe(n), Logits.ALL)
                 seconds = time.perf_counter() - t
                 if rep:  # the first round of passes only warms up
-                    passes[n].append((seconds, model.last_share if judge else 1.0))
+                    passes[n].append((seconds, calibration.judged_share(model.last_share, model.info.size)))
                     calm = calm or not calibration.disturbed(passes[n][-1][1])
         model.clear()
         medians = {n: calibration.undisturbed_median(ps, repeats) for n, ps in passes.items()}

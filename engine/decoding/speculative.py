@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from engine.decoding.calibration import judged
+from engine.decoding.calibration import judged_share
 from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel, Logits
@@ -216,8 +216,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             rows, verify_s = verify(target, ctx, draft)
         except Interrupted:
             return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
-        # The verify pass's share of the CPU (calibration.judged: where it says anything about other work).
-        share = target.last_share if target.cpu_bound and judged(target.info.size) else 1.0
+        share = judged_share(target.last_share, target.info.size)  # the verify pass's share of the CPU
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
         new = draft.tokens[: verdict.accepted] + [verdict.next_token]
