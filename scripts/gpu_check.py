@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SHAPES = ROOT / "resources" / "gpu" / "default_pair_shapes.json"
-TRACES = [ROOT / "resources" / "bench" / "traces.jsonl", ROOT / "resources" / "bench" / "chat_traces.jsonl"]
+TRACES = [ROOT / "resources" / "bench" / "zen5_traces.jsonl", ROOT / "resources" / "bench" / "chat_traces.jsonl"]
 DEPTH = 256  # tokens already in the context when a reply's rounds are timed (a short chat)
 SIZES = range(1, 17)
 REPEATS = 7

@@ -197,6 +197,16 @@ def test_lookup_matches_five_tokens_at_most_by_default():
     assert LookupDrafter().find(tokens, 3) == (5, [60, 1, 2])
 
 
+def test_a_copied_passage_reports_how_far_back_it_matches_up_to_32_tokens():
+    passage = list(range(100, 140))  # 40 tokens
+    # copied 20 tokens so far: what preceded the copy (99) is not what preceded the source (2)
+    assert LookupDrafter().find([1, 2, *passage, 99, *passage[:20]], 3) == (20, passage[20:23])
+    # from the context's first token on: the match ends where the source has nothing before it
+    assert LookupDrafter().find([*passage[:10], 7, *passage[:9]], 2) == (9, [passage[9], 7])
+    # copied whole and on: at most 32
+    assert LookupDrafter().find([*passage, 98, *passage[:38]], 2) == (32, passage[38:40])
+
+
 def test_lookup_in_a_context_shorter_than_its_longest_n_gram():
     assert LookupDrafter().find([1, 2, 1, 2], 3) == (2, [1, 2])
 
@@ -233,7 +243,21 @@ def test_the_policy_prunes_what_lookup_found():
     assert asked == [(DraftKey(DraftKind.LOOKUP, 2), 3)] and draft.tokens == [3, 4] and draft.q_probs == [1.0, 1.0]
     asked.clear()
     zero = _lookup(LookupDrafter(), [1, 2, 3, 4, 1, 2], 0, prune)  # nothing asked: nothing looked up or priced
-    assert zero.tokens == [] and zero.key == DraftKey(DraftKind.NONE) and asked == []
+    assert zero.tokens == [] and zero.key == DraftKey(DraftKind.NONE) and asked == [] and zero.aside == []
+    assert draft.aside == []  # verified in part: judged by its verification, not set aside
+
+
+def test_a_lookup_pruned_away_whole_is_set_aside_for_its_round_to_judge():
+    draft = _lookup(LookupDrafter(), [1, 2, 3, 4, 1, 2], 3, lambda key, n: 0)
+    assert draft.tokens == [] and draft.aside == [(DraftKey(DraftKind.LOOKUP, 2), [3, 4, 1])]
+    # a match of 9 tokens is learned as 8-15
+    passage = list(range(100, 120))
+    draft = _lookup(LookupDrafter(), [*passage, 7, *passage[:9]], 2, lambda key, n: 0)
+    assert draft.aside == [(DraftKey(DraftKind.LOOKUP, 8), passage[9:11])]
+    idx = HistoryIndex("fp")
+    idx.add([1, 2, 3, 4, 5, 6])
+    draft = _lookup(LookupDrafter(history=idx), [7, 8, 2, 3], 2, lambda key, n: 0)
+    assert draft.tokens == [] and draft.aside == [(DraftKey(DraftKind.HISTORY, 2, 1), [4, 5])]
 
 
 def test_a_history_draft_of_one_token():
@@ -269,6 +293,12 @@ def test_lookup_then_model_passes_the_round_on_and_adds_up_the_time():
     lookup.answer = Draft([4], [None], [1.0], seconds=0.5, key=DraftKey(DraftKind.LOOKUP, 2), asked=3)
     assert CombinedDrafter(lookup, model).propose(context, request, SAMPLED, rng, prune, stop).tokens == [4]
     assert len(model.calls) == 1  # lookup had something: the model was not asked
+    # lookup's proposal pruned away: the model's draft carries it, for the round to judge
+    aside = [(DraftKey(DraftKind.LOOKUP, 5), [4, 5])]
+    lookup.answer = Draft(seconds=0.5, asked=3, aside=aside)
+    model.answer = Draft([9], [None], [0.5], key=MODEL_KEY, asked=3, aside=[(DraftKey(DraftKind.HISTORY, 2), [6])])
+    draft = CombinedDrafter(lookup, model).propose(context, request, SAMPLED, rng, prune, stop)
+    assert draft.tokens == [9] and draft.aside == [*aside, (DraftKey(DraftKind.HISTORY, 2), [6])]
 
 
 def test_lookup_then_model_honours_a_stop_request(drafter):

@@ -23,7 +23,7 @@ from engine.decoding.events import DoneEvent, DraftKind, FinishReason, RoundEven
 from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
 from engine.decoding.policy import MODEL_KEY, AutoK, CostModel, DraftKey, DraftRequest, FixedK
 from engine.decoding.sampling import Distribution, SamplingParams
-from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled
+from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled, judged_aside
 from engine.errors import ContextFullError, EngineError
 from test_exactness_greedy import eos_pair, sharp  # noqa: F401 (fixtures: a pair whose target ends its text early)
 
@@ -307,6 +307,36 @@ def test_a_rounds_costs_as_the_drafter_and_the_clock_report_them(fresh, monkeypa
     kept = [e for e in tokens if e.source is TokenSource.ACCEPTED]
     assert kept and all(e.q == 0.5 for e in kept) and all(e.q is None for e in tokens if e.source is not TokenSource.ACCEPTED)
     assert any(r.accepted == 0 for r in rounds)
+
+
+def test_proposals_set_aside_are_judged_by_hand():
+    look, hist = DraftKey(DraftKind.LOOKUP, 5), DraftKey(DraftKind.HISTORY, 2)
+    assert judged_aside([], [7]) == ()
+    # a plain round emits one token: only a proposal's first is judged
+    assert judged_aside([(look, [7, 8]), (hist, [6])], [7]) == ((look, 1, 1), (hist, 1, 0))
+    # three emitted: judged up to the first wrong token, or as far as both go
+    assert judged_aside([(look, [7, 8, 1, 9]), (hist, [7, 8])], [7, 8, 9]) == ((look, 3, 2), (hist, 2, 2))
+    assert judged_aside([(look, [4, 8, 9])], [7, 8, 9]) == ((look, 3, 0),)
+
+
+def test_a_free_draft_pruned_away_is_judged_by_the_tokens_its_round_emitted(fresh):
+    target, oracle = fresh["target"], fresh["oracle"]
+    prompt = prompt_of(fresh)
+    chain = argmax_chain(oracle, prompt, 12)
+    look, hist = DraftKey(DraftKind.LOOKUP, 5), DraftKey(DraftKind.HISTORY, 2)
+
+    class Aside(StubDrafter):
+        def propose(self, context, request, params, rng, prune=keep_all, stop=None):
+            rest = chain[len(context) - len(prompt):]
+            # the model drafts the next two right; lookup had two right then a wrong one, history a wrong one
+            d = Draft(rest[:2], [None, None], [0.5, 0.5], key=MODEL_KEY, asked=2)
+            d.aside = [(look, rest[:2] + [(rest[2] + 1) % target.n_vocab]), (hist, [(rest[0] + 1) % target.n_vocab])]
+            return d
+
+    policy = Recording(2)
+    tokens = [e.token_id for e in generate(target, prompt, GREEDY, Aside(), policy, max_tokens=9) if isinstance(e, TokenEvent)]
+    assert tokens == chain[:9]
+    assert [(o.drafted, o.accepted, o.aside) for o in policy.outcomes] == [(2, 2, ((look, 3, 2), (hist, 1, 0)))] * 3
 
 
 def test_a_round_whose_consumer_stops_listening_is_still_priced(fresh):

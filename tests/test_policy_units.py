@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import pytest
 
@@ -10,7 +11,7 @@ from engine.decoding.draft_choice import DraftLength
 from engine.decoding.policy import (  # noqa: I001
     _Probe,
     MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
-    RoundOutcome, make_policy, pair_class,
+    RoundOutcome, lookup_key, make_policy, pair_class,
 )
 
 LOOKUP3 = DraftKey(DraftKind.LOOKUP, 3)
@@ -512,6 +513,35 @@ def test_lookup_tables_hang_off_the_lookup_kind_and_make_policy_keeps_the_costs(
     one = CostModel()
     one.catchup.add(1, 0.03)
     assert one.catchup_cost(0) == 0.0 and one.catchup_cost(1) == pytest.approx(0.03)
+
+
+def test_lookup_match_lengths_are_learned_in_buckets():
+    buckets = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 7: 5, 8: 8, 15: 8, 16: 16, 31: 16, 32: 32, 40: 32}
+    assert {n: lookup_key(n) for n in buckets} == {n: DraftKey(DraftKind.LOOKUP, b) for n, b in buckets.items()}
+
+
+def test_a_free_draft_set_aside_is_learned_from_the_tokens_its_round_emitted():
+    k5 = DraftKey(DraftKind.LOOKUP, 5)
+
+    def auto() -> AutoK:
+        return AutoK(priced({1: 0.1, 2: 0.17, 4: 0.28, 8: 0.45, 16: 0.53}))
+
+    seen, blind, wrong = auto(), auto(), auto()
+    assert seen.prune(k5, 8) == blind.prune(k5, 8) == 1  # a fresh key: one token on its prior
+    for _ in range(2):
+        seen.observe(outcome(verify_s=0.1, aside=((k5, 1, 1),)))  # plain rounds whose token the lookup had right
+        blind.observe(outcome(verify_s=0.1))
+        wrong.observe(outcome(verify_s=0.1, aside=((k5, 1, 0), (MODEL_KEY, 0, 0))))
+    assert seen.table(k5).pooled == deque([1, 1]) and wrong.table(k5).pooled == deque([0, 0])
+    assert seen.table(DraftKey(DraftKind.LOOKUP)).pooled == deque([1, 1])  # its parent learns it too
+    assert seen.prune(k5, 8) == 5 and blind.prune(k5, 8) == 1 and wrong.prune(k5, 8) == 0  # 5: twice a run of 1, plus 3
+    assert len(wrong.table(MODEL_KEY).pooled) == 0 and wrong.table(MODEL_KEY).rounds == 0  # nothing judged, nothing learned
+    # judged for free, as a probe would have judged it: no probe of the kind is due for a while
+    assert seen.probes[DraftKind.LOOKUP].idle_s == 0.0 and not seen.probes[DraftKind.LOOKUP].again
+    assert blind.probes[DraftKind.LOOKUP].idle_s == math.inf
+    assert DraftKind.MODEL not in wrong.probes
+    seen.observe(outcome(verify_s=0.1, drafted=2, accepted=1, key=MODEL_KEY, aside=((k5, 2, 2),)))
+    assert seen.table(k5).pooled == deque([1, 1, 1, 1]) and list(seen.table(MODEL_KEY).pooled) == [1, 0]
 
 
 def test_a_lookup_drafter_pair_never_asks_the_model_for_a_draft():

@@ -17,7 +17,8 @@ from engine.decoding.events import RoundEvent, TokenEvent
 from engine.decoding.llama_backend import LlamaModel, LoadSettings
 from engine.decoding.replay import (
     K_MAX, PROFILES, REGIME, REGIME_CHANGES, SYNTHETIC, Comparison, CostProfile, Trace, all_cases, auto_policy,
-    best_fixed, compare, fixed_policy, load_traces, record_trace, recorded_profile, simulate, synthetic,
+    best_fixed, compare, fixed_policy, load_traces, measured_profile, record_trace, recorded_profile, simulate,
+    synthetic,
 )
 from engine.decoding.session import GenerationSettings, Session
 
@@ -120,7 +121,9 @@ def test_auto_against_the_best_fixed_k_in_hindsight():
     # lookup drafts near break-even cost 2.6% on one reply, and the document question 5.6% (16% before
     # Auto was cautious with lookups: on its own machine's costs 2%).
     plain_best = [c for c in results if c.best_k == 0]
-    assert all(c.vs_plain >= (0.94 if "attach-doc" in c.case else 0.96) for c in plain_best), [
+    # (0.944x before lookups judged for free took the place of lookup probes: 0.939x, the same drafts a round
+    # apart; the chats gained 8% on the Zen 5's Q4_0 costs, test_lookups_are_judged_from_rounds_they_did_not_draft.)
+    assert all(c.vs_plain >= (0.935 if "attach-doc" in c.case else 0.96) for c in plain_best), [
         c for c in plain_best if c.vs_plain < 0.96]
     assert all(c.vs_plain >= 0.98 for c in plain_best if c.profile in ("gpu", "cpu-slow-drafter")), [
         c for c in plain_best if c.vs_plain < 0.98]
@@ -142,6 +145,33 @@ def test_a_document_the_reply_stops_quoting_costs_next_to_nothing():
         plain = simulate(traces[0], profile, fixed_policy(0), drafter)
         assert auto.rate >= 0.95 * plain.rate, (drafter, auto.rate / plain.rate, auto.ks)
         assert max(auto.ks) <= 8, auto.ks
+
+
+BENCH = Path(__file__).resolve().parent.parent / "resources" / "bench"
+#: The 2-core Zen 5 of stop 29 (ms): the default Q4_K_M target as calibrated for its benchmark, and its Q4_0
+#: copy as its benchmark's rounds measured it (blocks of 3 have no 4-row kernel); the 0.5B drafter's step.
+ZEN5 = measured_profile("zen5", {1: 32.2, 2: 53.8, 4: 90.1, 8: 143.7, 16: 171.0}, 25.0, {1: 12, 16: 120, 64: 400})
+ZEN5_Q4_0 = measured_profile("zen5 q4_0", {1: 31.6, 2: 52, 3: 82, 4: 57, 8: 140, 12: 150, 16: 160}, 25.0,
+                             {1: 12, 16: 120, 64: 400})
+
+
+def lookup_speedups(path: Path, profile: CostProfile) -> list[float]:
+    _, traces = load_traces(path)
+    return [simulate(t, profile, auto_policy("lookup"), "lookup").rate
+            / simulate(t, profile, fixed_policy(0), "lookup").rate for t in traces]
+
+
+def test_lookups_are_judged_from_rounds_they_did_not_draft():
+    """A lookup pruned away is judged against the tokens its round emitted anyway (free), and lookup matches
+    are learned by length up to 32 tokens. Measured here (geometric mean / worst): the chats on the Q4_0
+    copy's costs 1.244 / 1.081 (1.151 / 0.979 before), the benchmark's prompts recorded on the Zen 5
+    (zen5_traces.jsonl, matches up to 32) 1.141 / 0.957 on the Q4_K_M's costs (1.121 / 0.971) and 1.223 /
+    0.980 on the copy's (1.218 / 0.980)."""
+    chats = lookup_speedups(BENCH / "chat_traces.jsonl", ZEN5_Q4_0)
+    assert geomean(chats) >= 1.2 and min(chats) >= 1.05, chats
+    for profile, goal in ((ZEN5, 1.13), (ZEN5_Q4_0, 1.21)):
+        prompts = lookup_speedups(BENCH / "zen5_traces.jsonl", profile)
+        assert geomean(prompts) >= goal and min(prompts) >= 0.95, (profile.name, prompts)
 
 
 def test_on_this_machine_auto_meets_the_goals_with_the_model_drafter():

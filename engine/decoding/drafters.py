@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.decoding.history_index import HistoryIndex
 from engine.decoding.llama_backend import LlamaModel, Logits
-from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest
+from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest, lookup_key
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
 from engine.errors import Interrupted
 
@@ -28,6 +28,8 @@ Prune = Callable[[DraftKey, int], int]
 
 #: Unread tokens up to this many are read with the first draft step rather than as a catch-up.
 CATCHUP_MIN = 2
+#: Longest match a lookup reports (LookupDrafter.find): Auto learns its drafts by bucket of it (policy.lookup_key).
+MATCH_CAP = 32
 
 
 def keep_all(key: DraftKey, proposed: int) -> int:
@@ -57,6 +59,9 @@ class Draft:
     confidence: list[float] = field(default_factory=list)
     """Per token, the drafter's own estimate that the target agrees (history drafts: from counts;
     empty when the drafter gives none). Only for pricing and display: acceptance ignores it."""
+    aside: list[tuple[DraftKey, list[int]]] = field(default_factory=list)
+    """Free proposals (lookup, history) the policy pruned away whole: the round's own tokens judge
+    them at no cost (policy.RoundOutcome.aside)."""
 
     @property
     def kind(self) -> DraftKind:
@@ -64,7 +69,7 @@ class Draft:
 
     def truncated(self, n: int) -> "Draft":
         return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.key, self.asked,
-                     self.catchup_s, self.catchup_tokens, self.confidence[:n])
+                     self.catchup_s, self.catchup_tokens, self.confidence[:n], self.aside)
 
 
 #: A drafter's long reads (the prompt, a backlog) go in blocks of this many tokens, a stop request
@@ -245,7 +250,10 @@ class LookupDrafter(Drafter):
                     index[tuple(toks[end - n : end])] = end - n
 
     def find(self, context: Sequence[int], k: int) -> tuple[int, list[int]] | None:
-        """The longest n-gram match ending `context` and up to k tokens that followed it."""
+        """The longest n-gram match ending `context` and up to k tokens that followed it, with the
+        match's length: beyond the longest n-gram indexed, how far back the context goes on agreeing
+        with what came before the match (up to MATCH_CAP), so a reply copying a passage tells a
+        run of dozens of tokens from a five-token coincidence."""
         self._extend(context)
         toks = self._tokens
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
@@ -253,7 +261,10 @@ class LookupDrafter(Drafter):
                 continue
             pos = self._index[n].get(tuple(toks[-n:]))
             if pos is not None and pos + n < len(toks):
-                return n, toks[pos + n : pos + n + k]
+                follows, end = pos + n, len(toks) - n  # back from the match's n-gram and from its source
+                while n < MATCH_CAP and pos > 0 and toks[pos - 1] == toks[end - 1]:
+                    pos, end, n = pos - 1, end - 1, n + 1
+                return n, toks[follows : follows + k]
         return None
 
     def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
@@ -264,14 +275,19 @@ class LookupDrafter(Drafter):
         found = self.find(context, k) if k > 0 else None
         if found is not None:
             n, cont = found
-            draft.key = DraftKey(DraftKind.LOOKUP, n)
-            cont = cont[: prune(draft.key, len(cont))]
+            draft.key = lookup_key(n)
+            kept = prune(draft.key, len(cont))
+            if not kept:
+                draft.aside.append((draft.key, list(cont)))
+            cont = cont[:kept]
             draft.tokens, draft.q, draft.q_probs = list(cont), [None] * len(cont), [1.0] * len(cont)
         if not draft.tokens and k > 0 and self.history is not None:
             p = self.history.propose(context, k)
             if p.steps:
                 draft.key = DraftKey(DraftKind.HISTORY, p.match, p.bucket)
                 n = prune(draft.key, len(p.steps))
+                if not n:
+                    draft.aside.append((draft.key, list(p.tokens)))
                 draft.tokens, draft.confidence = p.tokens[:n], p.confidences[:n]
                 draft.q, draft.q_probs = [None] * n, [1.0] * n
         draft.seconds = time.perf_counter() - t0
@@ -303,9 +319,10 @@ class CombinedDrafter(Drafter):
         draft = self.lookup.propose(context, request, params, rng, prune, stop)
         if draft.tokens:
             return draft
-        spent = draft.seconds
+        spent, aside = draft.seconds, draft.aside
         draft = self.model.propose(context, request, params, rng, prune, stop)
         draft.seconds += spent
+        draft.aside = aside + draft.aside
         return draft
 
     def commit(self, context: Sequence[int]) -> None:

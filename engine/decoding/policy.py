@@ -21,15 +21,20 @@ What each price covers, so that none is inflated by how long drafting was off:
   agrees, a lookup often does not), updated by the judgements of the last 16 rounds, and per
   position by that position's own judgements of the last 32 rounds. The windows count rounds, so
   the estimate turns over within a few dozen rounds when the drafter starts (or stops) agreeing.
+  A free draft (lookup, history) pruned away unverified is judged all the same, against the tokens
+  its round emitted: a lookup that starts being right (a reply that begins copying a passage) is
+  seen within a round or two, where an unverified kind would wait for a probe's budget. Lookup
+  drafts are learned by the length of their match (lookup_key), which reaches back up to 32
+  tokens, so a long copy is learned apart from a chance match of five.
 - Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
   one wins outright.
 - Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious: a fresh key is
   as sure as its parent, and a draft's length grows with the runs its key has kept (CAUTIOUS).
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
-tried at once if that look costs at most a plain round); a probe that is fully accepted is
-followed straight away by another, so a drafter that starts agreeing again is back within a few
-rounds. A probe pays for the model drafter's backlog only beyond 2% of a plain round per token
+tried at once if that look costs at most a plain round; a free draft judged unverified counts as
+one); a probe that is fully accepted is followed straight away by another, so a drafter that
+starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog only beyond 2% of a plain round per token
 read: where reading is that cheap, keeping the drafter in step is a standing price that lets it
 come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
 """
@@ -108,6 +113,14 @@ class DraftKey:
 
 
 MODEL_KEY = DraftKey(DraftKind.MODEL)
+#: Lookup match lengths learned apart: 2, 3 and 4 tokens, then 5-7, 8-15, 16-31 and 32 or more (a reply
+#: copying a passage matches dozens of tokens, and goes on copying far more often than a short match).
+MATCH_BUCKETS = (2, 3, 4, 5, 8, 16, 32)
+
+
+def lookup_key(match: int) -> DraftKey:
+    """The key a lookup draft behind an n-gram match of `match` tokens is learned under."""
+    return DraftKey(DraftKind.LOOKUP, max((b for b in MATCH_BUCKETS if b <= match), default=match))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +181,9 @@ class RoundOutcome:
     share: float = 1.0
     """Of the CPU time the target's threads could have had while verifying, the share they got (1: the
     machine was ours, or not judged: calibration.judged). A pair of rounds beside other work is noise."""
+    aside: tuple[tuple[DraftKey, int, int], ...] = ()
+    """Free drafts (lookup, history) proposed this round but pruned away unverified, judged against the
+    tokens the round emitted anyway: (key, tokens judged, of those kept from the first)."""
 
 
 class BlockCost:
@@ -504,11 +520,11 @@ class Acceptance:
 class _Probe:
     """While drafting of one kind is off: when to try it again."""
 
-    def __init__(self) -> None:
-        # Decoding time since drafting of this kind last ran: a kind never tried is due at once
-        # when its look costs at most a plain round (it teaches the most, and a short reply cannot
-        # wait for the budget).
-        self.idle_s = math.inf
+    def __init__(self, idle_s: float = math.inf) -> None:
+        # Decoding time since drafting of this kind last ran (or was judged): a kind never tried is
+        # due at once when its look costs at most a plain round (it teaches the most, and a short
+        # reply cannot wait for the budget).
+        self.idle_s = idle_s
         self.again = False  # the last probe was fully accepted: look again at once
 
     def due(self, net_cost: float, first_look: float = math.inf) -> bool:
@@ -651,6 +667,10 @@ class AutoK(DraftPolicy):
         for kind, probe in self.probes.items():
             if not (o.drafted and kind is o.key.kind):
                 probe.idle_s += spent
+        for key, judged, kept in o.aside:
+            if judged:  # as good as a probe of that kind, at no cost: its budget starts again
+                self.table(key).observe(judged, kept)
+                self.probes[key.kind] = _Probe(idle_s=0.0)
         if not o.drafted:
             return
         self.table(o.key).observe(o.drafted, o.accepted)

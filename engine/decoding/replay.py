@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
 from engine.decoding.events import Certainty
 from engine.decoding.policy import (
-    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome,
+    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome, lookup_key,
 )
 from engine.decoding.verdict import ControlRounds, PlainEstimate
 
@@ -171,11 +171,14 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
         draft_s = catchup_s = 0.0
         catchup_n = 0
         proposal = trace.lookup.get(t) if use_lookup and req.lookup_k > 0 else None
+        aside = None
         if proposal is not None:
             match, offered, right = proposal
-            key, k = DraftKey(DraftKind.LOOKUP, match), req.lookup_k
+            key, k = lookup_key(match), req.lookup_k
             drafted = policy.prune(key, min(offered, k))
             accepted = min(right, drafted)
+            if drafted == 0:
+                aside = (key, offered, right)
         if drafted == 0 and use_model and req.model_k > 0:
             key, k = DraftKey(DraftKind.MODEL), req.model_k
             drafted = k
@@ -192,6 +195,8 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
         o = RoundOutcome(k=k, drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s,
                          overhead_s=overhead_s, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n)
         emitted = min(accepted + 1, n - t)
+        if aside is not None:
+            o = replace(o, aside=((aside[0], min(aside[1], accepted + 1), min(aside[2], accepted + 1)),))
         verdict.add_round(costs, o, emitted)
         costs.record(o)
         policy.observe(o)

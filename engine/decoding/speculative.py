@@ -25,7 +25,7 @@ from engine.decoding.calibration import judged_share
 from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.llama_backend import LlamaModel, Logits
-from engine.decoding.policy import CostModel, DraftPolicy, NoDraft, RoundOutcome
+from engine.decoding.policy import CostModel, DraftKey, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.round_costs import RoundCosts
 from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
@@ -159,6 +159,17 @@ def judge(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, 
     return verdict
 
 
+def judged_aside(aside: list[tuple[DraftKey, list[int]]], new: list[int]) -> tuple[tuple[DraftKey, int, int], ...]:
+    """Each proposal pruned away unverified against the target's tokens of this round: (key, tokens
+    judged, of those kept), as if it had been verified (its first wrong token ends what is judged)."""
+    out = []
+    for key, tokens in aside:
+        judged = min(len(tokens), len(new))
+        kept = next((i for i in range(judged) if tokens[i] != new[i]), judged)
+        out.append((key, judged, kept))
+    return tuple(out)
+
+
 def cut(target: LlamaModel, new: list[int], emitted: int, max_tokens: int) -> tuple[int, FinishReason | None]:
     """Where the block ends: at an end-of-generation token or at max_tokens, inside it if need be."""
     for i, tok in enumerate(new):
@@ -229,6 +240,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
+            aside=judged_aside(draft.aside, new),
         )
         policy.observe(outcome)
         if control is not None:
