@@ -13,7 +13,9 @@
 # tree and pyproject.toml are untouched. Prints the score and every surviving mutant with its
 # diff; `cd $MUTATION_DIR && python -m mutmut show NAME` shows one again. On 2 cores: about
 # 4 minutes for sampling.py (368 mutants); much longer for a file whose tests include the
-# sampled-distribution tests (35 s a run). MUTATION_JOBS sets the parallel workers.
+# sampled-distribution tests (35 s a run). MUTATION_JOBS sets the parallel workers; MUTANTS, globs
+# over mutant names, mutates only what matches and scores that (the functions a change touched),
+# e.g. MUTANTS='engine.decoding.drafters.xǁLookupDrafterǁfind__mutmut_*'.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-$here/.venv/bin/python}"
@@ -67,17 +69,20 @@ TOML
 
 cd "$work"
 start=$SECONDS
-"$py" -m mutmut run --max-children "$jobs" >mutmut-run.log 2>&1 || { tail -30 mutmut-run.log; exit 1; }
-"$py" -m mutmut export-cicd-stats >/dev/null
-"$py" - "$((SECONDS - start))" <<'PY'
-import json, subprocess, sys
-s = json.load(open("mutants/mutmut-cicd-stats.json"))
-tested = s["total"] - s.get("skipped", 0)
-killed = s["killed"] + s.get("timeout", 0)
-print(f"mutants: {s['total']}, killed {killed}, survived {s['survived']}, no tests {s.get('no_tests', 0)}, "
-      f"score {100 * killed / max(tested, 1):.1f}% ({sys.argv[1]} s)")
+read -r -a only <<<"${MUTANTS:-}"
+"$py" -m mutmut run --max-children "$jobs" "${only[@]}" >mutmut-run.log 2>&1 || { tail -30 mutmut-run.log; exit 1; }
+"$py" - "$((SECONDS - start))" "${only[@]}" <<'PY'
+import collections, fnmatch, subprocess, sys
 mutmut = [sys.executable, "-m", "mutmut"]
-out = subprocess.run([*mutmut, "results"], capture_output=True, text=True).stdout.split()
-for name in [w.rstrip(":") for w in out if "__mutmut_" in w]:
+globs = sys.argv[2:] or ["*"]
+rows = [line.strip().rsplit(": ", 1) for line in
+        subprocess.run([*mutmut, "results", "--all", "true"], capture_output=True, text=True).stdout.splitlines()]
+status = {name: st for name, st in (r for r in rows if len(r) == 2) if any(fnmatch.fnmatch(name, g) for g in globs)}
+n = collections.Counter(status.values())
+killed = n["killed"] + n["timeout"]
+tested = killed + n["survived"]
+print(f"mutants: {len(status)}, killed {killed}, survived {n['survived']}, no tests {n['no tests']}, "
+      f"not checked {n['not checked']}, score {100 * killed / max(tested, 1):.1f}% ({sys.argv[1]} s)")
+for name in sorted(k for k, st in status.items() if st == "survived"):
     print(subprocess.run([*mutmut, "show", name], capture_output=True, text=True).stdout)
 PY
