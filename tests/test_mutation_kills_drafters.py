@@ -76,8 +76,9 @@ def within_call(fn):
 # -- Draft ----------------------------------------------------------------------------------------
 def test_a_truncated_draft_keeps_the_first_n_per_token_and_the_rest_as_it_was():
     key = DraftKey(DraftKind.HISTORY, 3, 2)
-    d = Draft([5, 6, 7], [None, None, None], [1.0, 0.5, 0.25], 1.5, key, 4, 0.75, 9, [0.9, 0.8, 0.7])
-    assert d.truncated(2) == Draft([5, 6], [None, None], [1.0, 0.5], 1.5, key, 4, 0.75, 9, [0.9, 0.8])
+    aside = [(DraftKey(DraftKind.LOOKUP, 2), [8, 9])]
+    d = Draft([5, 6, 7], [None, None, None], [1.0, 0.5, 0.25], 1.5, key, 4, 0.75, 9, [0.9, 0.8, 0.7], aside)
+    assert d.truncated(2) == Draft([5, 6], [None, None], [1.0, 0.5], 1.5, key, 4, 0.75, 9, [0.9, 0.8], aside)
 
 
 # -- the model drafter ----------------------------------------------------------------------------
