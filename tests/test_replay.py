@@ -149,10 +149,11 @@ def test_a_document_the_reply_stops_quoting_costs_next_to_nothing():
 
 BENCH = Path(__file__).resolve().parent.parent / "resources" / "bench"
 #: The 2-core Zen 5 of stop 29 (ms): the default Q4_K_M target as calibrated for its benchmark, and its Q4_0
-#: copy as its benchmark's rounds measured it (blocks of 3 have no 4-row kernel); the 0.5B drafter's step.
-ZEN5 = measured_profile("zen5", {1: 32.2, 2: 53.8, 4: 90.1, 8: 143.7, 16: 171.0}, 25.0, {1: 12, 16: 120, 64: 400})
-ZEN5_Q4_0 = measured_profile("zen5 q4_0", {1: 31.6, 2: 52, 3: 82, 4: 57, 8: 140, 12: 150, 16: 160}, 25.0,
-                             {1: 12, 16: 120, 64: 400})
+#: copy as its benchmark's rounds measured it (blocks of 3 have no 4-row kernel). The drafter's step (12 ms
+#: measured) and reads are there for the profile's sake: lookup replays never price them.
+ZEN5 = measured_profile("zen5", {1: 32.2, 2: 53.8, 4: 90.1, 8: 143.7, 16: 171.0}, 12.0, {1: 12, 16: 60, 64: 200})
+ZEN5_Q4_0 = measured_profile("zen5 q4_0", {1: 31.6, 2: 52, 3: 82, 4: 57, 8: 140, 12: 150, 16: 160}, 12.0,
+                             {1: 12, 16: 60, 64: 200})
 
 
 def lookup_speedups(path: Path, profile: CostProfile) -> list[float]:
