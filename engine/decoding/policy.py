@@ -34,9 +34,9 @@ While drafting of a kind is off, Auto probes with a one-token draft when the pro
 cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
 tried at once if that look costs at most a plain round; a free draft judged unverified counts as
 one); a probe that is fully accepted is followed straight away by another, so a drafter that
-starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog only beyond 2% of a plain round per token
-read: where reading is that cheap, keeping the drafter in step is a standing price that lets it
-come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
+starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog
+only beyond 2% of a plain round per token read: where reading is that cheap, keeping the drafter
+in step is a standing price that lets it come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
 """
 from __future__ import annotations
 
@@ -520,11 +520,11 @@ class Acceptance:
 class _Probe:
     """While drafting of one kind is off: when to try it again."""
 
-    def __init__(self, idle_s: float = math.inf) -> None:
+    def __init__(self) -> None:
         # Decoding time since drafting of this kind last ran (or was judged): a kind never tried is
         # due at once when its look costs at most a plain round (it teaches the most, and a short
         # reply cannot wait for the budget).
-        self.idle_s = idle_s
+        self.idle_s = math.inf
         self.again = False  # the last probe was fully accepted: look again at once
 
     def due(self, net_cost: float, first_look: float = math.inf) -> bool:
@@ -670,7 +670,8 @@ class AutoK(DraftPolicy):
         for key, judged, kept in o.aside:
             if judged:  # as good as a probe of that kind, at no cost: its budget starts again
                 self.table(key).observe(judged, kept)
-                self.probes[key.kind] = _Probe(idle_s=0.0)
+                probe = self.probes.setdefault(key.kind, _Probe())
+                probe.idle_s, probe.again = 0.0, False
         if not o.drafted:
             return
         self.table(o.key).observe(o.drafted, o.accepted)

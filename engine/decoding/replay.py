@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +171,7 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
         draft_s = catchup_s = 0.0
         catchup_n = 0
         proposal = trace.lookup.get(t) if use_lookup and req.lookup_k > 0 else None
-        aside = None
+        aside = None  # a lookup pruned away: (key, tokens offered, of those right)
         if proposal is not None:
             match, offered, right = proposal
             key, k = lookup_key(match), req.lookup_k
@@ -192,11 +192,12 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
             read = t + min(accepted, k - 1) + 1
         draft_s, catchup_s = draft_s * slow, catchup_s * slow
         verify_s, overhead_s = profile.verify(drafted + 1) * slow, profile.overhead * slow
+        # judged as the loop judges it (speculative.judged_aside): against the round's accepted + 1 tokens
+        judged = () if aside is None else ((aside[0], min(aside[1], accepted + 1), min(aside[2], accepted + 1)),)
         o = RoundOutcome(k=k, drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s,
-                         overhead_s=overhead_s, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n)
+                         overhead_s=overhead_s, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n,
+                         aside=judged)
         emitted = min(accepted + 1, n - t)
-        if aside is not None:
-            o = replace(o, aside=((aside[0], min(aside[1], accepted + 1), min(aside[2], accepted + 1)),))
         verdict.add_round(costs, o, emitted)
         costs.record(o)
         policy.observe(o)
