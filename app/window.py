@@ -216,6 +216,7 @@ class MainWindow(QMainWindow):
         self.bar.sig_target_chosen.connect(lambda p: c.update_settings(target=p))
         self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d, drafter_chosen=True))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
+        self.bar.sig_fast_copy_wanted.connect(lambda: self.open_models("fast-copy"))
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.bar.sampling.sig_forget.connect(c.forget_past_chats)
         c.sig_past_chats.connect(self.bar.sampling.show_past_chats)

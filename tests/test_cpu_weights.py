@@ -3,6 +3,7 @@ child process, real GGUF files read back with the gguf package (not with the cod
 real llama.cpp loading the copies, and a drafter copy that leaves every reply as it was."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGUFReader
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tiny_models
 from engine.decoding import cpu_weights
@@ -135,3 +138,33 @@ def test_the_real_pair_plans(real_pair):
     assert len(d) == 24 * 7 + 1 - 12  # every matrix of 24 layers and the output, but the 12 ffn_down in Q4_K
     assert cpu_weights.wanted(drafter, Role.DRAFTER, gpu_offload=False) == cpu_weights.cpu_suits()
     assert not cpu_weights.wanted(drafter, Role.DRAFTER, gpu_offload=True)
+
+
+def test_a_fast_copy_knows_its_source_and_is_not_offered_a_copy_of_its_own(tiny, tmp_path):
+    src = tiny_models.write_tiny_model(tmp_path / "t.gguf", tiny_models.TARGET)
+    assert cpu_weights.source_of(src) is None  # not in the copies' folder
+    # Offered on this kind of CPU (the CI's: x86-64 with AVX2) from Python, with a CPU-only llama.cpp.
+    assert cpu_weights.fast_copy_offered(src) == cpu_weights.cpu_suits()
+    copy = cpu_weights.make(src, Role.FAST_TARGET)
+    assert copy.name == "t.cpu-q4_0-target.gguf" and cpu_weights.source_of(copy) == src.resolve()
+    assert not cpu_weights.fast_copy_offered(copy)
+    assert set(types_of(copy).values()) == {"Q4_0", "F32"} and types_of(copy)["token_embd.weight"] == "F32"
+    # A file of the same name elsewhere is no copy, whatever its .json says.
+    elsewhere = tmp_path / "other" / copy.name
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(copy.read_bytes())
+    elsewhere.with_suffix(".json").write_text(copy.with_suffix(".json").read_text())
+    assert cpu_weights.source_of(elsewhere) is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=40), st.builds(lambda v: json.dumps({"source": v}).encode(),
+                                                   st.one_of(st.none(), st.integers(), st.lists(st.text(max_size=3)),
+                                                             st.dictionaries(st.text(max_size=3), st.integers())))))
+def test_a_crafted_note_beside_a_copy_is_no_source(tiny, note):
+    """What sits beside a copy could be anything (a disk error, a stranger's file): never a traceback."""
+    copy = cpu_weights.folder() / "crafted.cpu-q4_0-target.gguf"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(b"GGUF")
+    copy.with_suffix(".json").write_bytes(note)
+    assert cpu_weights.source_of(copy) is None

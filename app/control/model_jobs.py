@@ -1,11 +1,14 @@
-"""The long model jobs, as plain functions for a Task (no Qt): download a pair, install the default, import."""
+"""The long model jobs, as plain functions for a Task (no Qt): download a pair, install the default, import,
+make a fast copy for this CPU."""
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine.decoding import cpu_weights
+from engine.decoding.draft_choice import DraftSpec
+from engine.errors import EngineError, LoadCancelled
 from engine.models import catalog, default_pair, download, modelstore
 
 from app.control.tasks import Report, Task, rate_detail
@@ -40,6 +43,16 @@ def import_task(src: Path, copy: bool = True) -> Task:
         return modelstore.import_model(src, copy=copy, progress=progress, cancel=cancel)
 
     return Task(f"import:{src}", f"Importing {src.name}", job, (modelstore.CopyCancelled,))
+
+
+def fast_copy_task(target: Path, drafter: DraftSpec) -> Task:
+    """Make the fast copy of `target` for this CPU (engine.decoding.cpu_weights); the result is the pair
+    it makes with the same drafter, for the caller to switch to."""
+    def job(report: Report, cancel: threading.Event) -> tuple[Path, str]:
+        report(target.name, None, "llama.cpp's quantizer, once: seconds to a minute")
+        return cpu_weights.make(target, cpu_weights.Role.FAST_TARGET, cancel), drafter.text
+
+    return Task(f"fast-copy:{target}", f"Making a fast copy of {target.name} for this CPU", job, (LoadCancelled,))
 
 
 class ImportedPair(tuple):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import paths
+from engine.decoding import cpu_weights
 from engine.decoding.compat import incompatibilities, vocab_of_file
 from engine.errors import EngineError
 from engine.gguf_check import validate_gguf
@@ -37,21 +38,26 @@ class ModelEntry:
     """e.g. 'Q4_K_M'."""
     size_bytes: int
     """File size."""
+    copy_of: Path | None = None
+    """The model this is the fast copy for this CPU of (engine.decoding.cpu_weights), or None."""
+    copyable: bool = False
+    """A fast copy for this CPU can be made of it (and is not made yet)."""
 
     @property
     def label(self) -> str:
         """'Qwen2.5 Coder 1.5B Instruct · Q4_K_M' (the parameter count too where the name has no size)."""
         name = shown_name(self.name)
-        if _SIZE.search(name):
-            return f"{name} · {self.quantization}"
-        return f"{name} · {human_params(self.n_params)} · {self.quantization}"
+        if not _SIZE.search(name):
+            name = f"{name} · {human_params(self.n_params)}"
+        return f"{name} · {self.quantization}" + (" · fast copy for this CPU" if self.copy_of else "")
 
     @property
     def short_label(self) -> str:
         """What tells models apart in a narrow picker: 'Qwen2.5 Coder 1.5B' (the size last, so eliding the
         middle keeps it)."""
         name = _tidy(_TUNING.sub(" ", shown_name(self.name)))
-        return name if _SIZE.search(name) else f"{name} {human_params(self.n_params)}"
+        name = name if _SIZE.search(name) else f"{name} {human_params(self.n_params)}"
+        return f"fast {name}" if self.copy_of else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,14 +152,35 @@ def list_models(extra: Iterable[Path | str] = ()) -> tuple[list[ModelEntry], lis
             found[p.resolve()] = _entry_of_file(p)
         except EngineError as exc:
             problems.append(str(exc))
-    # Largest first: the target picker starts with the likely target.
-    return sorted(found.values(), key=lambda e: (-e.n_params, e.name)), problems
+    # Largest first: the target picker starts with the likely target; a fast copy right after its model.
+    return sorted(_with_fast_copies(found), key=lambda e: (-e.n_params, e.name, e.copy_of is not None)), problems
+
+
+def _with_fast_copies(found: dict[Path, ModelEntry]) -> list[ModelEntry]:
+    """Each model marked with whether a fast copy for this CPU can be made of it, and the copies made
+    so far listed beside their models (they live with the other CPU copies, not in the model folder)."""
+    out: dict[Path, ModelEntry] = {}
+    for key, e in found.items():
+        if (source := cpu_weights.source_of(e.path)) is not None:
+            out[key] = replace(e, copy_of=source)
+            continue
+        try:
+            copy = cpu_weights.ready(e.path, cpu_weights.Role.FAST_TARGET)
+            offered = copy is None and cpu_weights.fast_copy_offered(e.path)
+            if copy is not None and copy.resolve() not in out:
+                out[copy.resolve()] = replace(_entry_of_file(copy), copy_of=e.path)
+        except EngineError:
+            offered = False  # a copy that no longer reads is made again when asked; the model is listed as it is
+        out.setdefault(key, replace(e, copyable=offered))
+    return list(out.values())
 
 
 def drafter_options(target: Path, candidates: Sequence[ModelEntry]) -> list[DrafterOption]:
     """Every other model judged as drafter for `target`: compatible first, smallest first."""
     target = Path(target)
-    others = [c for c in candidates if c.path.resolve() != target.resolve()]
+    # A fast copy drafts for nobody, and nothing drafts for it that it was copied from (the same model).
+    others = [c for c in candidates if c.path.resolve() != target.resolve() and c.copy_of is None
+              and c.path.resolve() != (cpu_weights.source_of(target) or target).resolve()]
     if not others:
         return []
     if _store is not None and hasattr(_store, "pair_options"):

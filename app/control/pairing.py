@@ -108,6 +108,7 @@ class Pairing(QObject):
     def settings_changed(self, old: AppSettings, new: AppSettings) -> None:
         """A person changed the settings: follow a new target or a new pair."""
         if new.target != old.target:
+            self.sig_models.emit(self.models, new.target)  # the pickers show it, wherever it was chosen
             self.refresh_drafters(then_load=True)
         elif (new.drafter, new.n_ctx, new.n_gpu_layers, new.n_threads) != (old.drafter, old.n_ctx, old.n_gpu_layers, old.n_threads):
             self.ensure_loaded()

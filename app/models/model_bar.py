@@ -27,6 +27,7 @@ from app.models.sampling_popover import SamplingPopover
 from app.core.settings import AppSettings
 
 BROWSE = "__browse__"
+FAST_COPY = "__fast_copy__"
 
 
 class ModelBar(QWidget):
@@ -38,6 +39,8 @@ class ModelBar(QWidget):
     """A drafter was picked (DraftSpec)."""
     sig_draft_length = Signal(object)
     """Draft length changed (DraftLength: 1-16, or Auto)."""
+    sig_fast_copy_wanted = Signal()
+    """The person asked about a fast copy of the target for this CPU (where it is offered)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -139,6 +142,11 @@ class ModelBar(QWidget):
             self.target.setItemData(self.target.count() - 1, m.short_label, SHORT_ROLE)
         if current and self.target.findData(current) < 0:
             self.target.addItem(Path(current).name, current)
+        if any(str(m.path) == current and m.copyable for m in models):
+            self.target.addItem("Make a fast copy for this CPU…", FAST_COPY)
+            self.target.setItemData(self.target.count() - 1, "A copy of the target that checks drafts faster on this "
+                                    "CPU (another model: Models… › Hardware says how it differs)",
+                                    Qt.ItemDataRole.ToolTipRole)
         self.target.addItem("Choose a GGUF file…", BROWSE)
         i = self.target.findData(current) if current else 0
         self.target.setCurrentIndex(max(0, i))
@@ -196,6 +204,10 @@ class ModelBar(QWidget):
     # -- reacting --------------------------------------------------------------------------
     def _target_activated(self, index: int) -> None:
         data = self.target.itemData(index)
+        if data == FAST_COPY:
+            self.target.setCurrentIndex(self._target_index)
+            self.sig_fast_copy_wanted.emit()
+            return
         if data == BROWSE:
             self.target.setCurrentIndex(self._target_index)  # the browse row is an action, not a choice
             path, _ = QFileDialog.getOpenFileName(self, "Choose a target model", str(Path.home()), "GGUF models (*.gguf)")

@@ -196,5 +196,7 @@ class ModelsDialog(QDialog):
         resize_within(self, 900, 640)
         if tab == "catalog" or (not controller.models and not tab):
             self.tabs.setCurrentWidget(self.catalog)
-        elif tab == "hardware":
+        elif tab in ("hardware", "fast-copy"):
             self.tabs.setCurrentWidget(self.hardware)
+            if tab == "fast-copy":  # from the target picker: the button that makes it is the next step
+                self.hardware.fast_copy.button.setFocus()

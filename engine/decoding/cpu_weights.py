@@ -135,6 +135,27 @@ def wanted(src: Path, role: Role, gpu_offload: bool) -> bool:
             and Path(src).stat().st_size >= MIN_DRAFTER_BYTES and bool(plan(src, role)))
 
 
+def source_of(path: Path) -> Path | None:
+    """The file a copy in the copies' folder was made from (None: `path` is not such a copy)."""
+    path = Path(path)
+    try:
+        if path.resolve().parent != folder().resolve():
+            return None
+        return Path(json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def fast_copy_offered(src: Path) -> bool:
+    """Whether to offer a person the fast target copy of `src`: on a CPU-only llama.cpp of the kind the
+    module docstring measured, from Python (a bundled app has none for the quantizer's child process),
+    for a file that is not such a copy and has matrices to change. Reads the file's header."""
+    from engine.decoding.llama_backend import supports_gpu_offload
+
+    return (cpu_suits() and not paths.installed_app() and not supports_gpu_offload()
+            and source_of(src) is None and bool(plan(src, Role.FAST_TARGET)))
+
+
 def make(src: Path, role: Role, cancel: threading.Event | None = None) -> Path:
     """Make (or find) the copy of `src` for `role`. The quantizer runs in a child process, so a file
     that crashes llama.cpp costs the copy, not the app, and `cancel` ends it at once."""
