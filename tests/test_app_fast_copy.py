@@ -118,3 +118,32 @@ def test_a_fast_copy_is_listed_after_its_model_and_drafts_for_nobody(tiny, isola
     # Named in the settings (as after a restart), the copy is still known for what it is.
     again = {e.path: e for e in list_models([copy])[0]}
     assert again[copy].copy_of == installed["target"]
+
+
+def test_a_file_the_quantizer_refuses_is_a_message_and_the_target_stays(qtbot, tiny, isolated_home):
+    """Well formed, but of an architecture llama.cpp does not know: loading it fails with a notice,
+    making its copy fails in the Hardware tab with the quantizer's reason, and nothing is switched."""
+    installed = install_tiny(tiny, isolated_home)
+    odd = installed["target"].with_name("odd-target.gguf")
+    data = installed["target"].read_bytes()
+    i = data.index(b"llama", data.index(b"general.architecture"))
+    odd.write_bytes(data[:i] + b"lllma" + data[i + 5:])
+    w = open_window(qtbot)
+    w.controller.update_settings(target=str(odd))
+    qtbot.waitUntil(lambda: FAST_COPY in rows(w.bar.target) and w.bar.target.currentData() == str(odd),
+                    timeout=REPLY_TIMEOUT_MS)
+    from app.models.models_dialog import ModelsDialog
+
+    dlg = ModelsDialog(w.controller, w, tab="fast-copy")
+    qtbot.addWidget(dlg)
+    box = dlg.hardware.fast_copy
+    assert box.isVisibleTo(dlg) and box.button.text() == "Make the fast copy and use it"
+    qtbot.mouseClick(box.button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: box.row.task is not None and box.row.task.state != TaskState.RUNNING,
+                    timeout=REPLY_TIMEOUT_MS)
+    assert box.row.task.state == TaskState.FAILED
+    assert "quantizer could not copy odd-target.gguf" in box.row.label.text()
+    qtbot.waitUntil(lambda: box.button.isEnabled(), timeout=REPLY_TIMEOUT_MS)  # it can be tried again
+    assert w.controller.settings.target == str(odd)
+    assert cpu_weights.ready(odd, cpu_weights.Role.FAST_TARGET) is None
+    assert not [p for p in cpu_weights.folder().iterdir() if p.name.startswith(".odd-target.")]
