@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine import paths
 from engine.errors import AttachmentError
+from engine.decoding.draft_choice import DraftSpec
 from app.chat.actions import MessageAction
 from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane
@@ -217,6 +218,9 @@ class MainWindow(QMainWindow):
         self.bar.sig_drafter_chosen.connect(lambda d: c.update_settings(drafter=d, drafter_chosen=True))
         self.bar.sig_draft_length.connect(lambda k: c.update_settings(draft_max=k))
         self.bar.sig_fast_copy_wanted.connect(lambda: self.open_models("fast-copy"))
+        self.stats.sig_fast_copy.connect(lambda: self.open_models("fast-copy"))
+        c.sig_models.connect(self._fast_copy_offered)
+        c.sig_settings.connect(self._fast_copy_offered)
         self.bar.sampling.sig_changed.connect(lambda ch: c.update_settings(**ch.changes()))
         self.bar.sampling.sig_forget.connect(c.forget_past_chats)
         c.sig_past_chats.connect(self.bar.sampling.show_past_chats)
@@ -440,6 +444,14 @@ class MainWindow(QMainWindow):
         self.first_run.show()
         self.controller.update_settings(first_run_done=True)
         self.focus_input()
+
+    def _fast_copy_offered(self, *_args) -> None:
+        """Whether the stats panel may point to a fast copy: one can be made of the target, and there is a drafter."""
+        s = self.controller.settings
+        self.stats.fast_copy_offered = s.drafter != DraftSpec.NONE and any(
+            str(m.path) == s.target and m.copyable for m in self.controller.models)
+        if not self.stats.fast_copy_offered:
+            self.stats.fast_copy_hint.hide()
 
     def _models_listed(self, models, target: str) -> None:
         if (models or target) and self.first_run.isVisible():

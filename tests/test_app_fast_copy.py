@@ -3,6 +3,7 @@ Hardware tab's button, llama.cpp's own quantizer making the copy, the pair switc
 Real window (offscreen), real tiny models, the copy read back with the gguf package."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -11,13 +12,15 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from test_app_keyboard import in_dialog  # noqa: E402
 from test_app_support import LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from engine.decoding import cpu_weights  # noqa: E402
 from engine.decoding.draft_choice import DraftSpec  # noqa: E402
+from engine.decoding.events import Certainty  # noqa: E402
 from app.control.model_scan import list_models  # noqa: E402
+from app.history.reply_stats import ReplyStats  # noqa: E402
 from app.control.tasks import TaskState  # noqa: E402
 from app.models.model_bar import FAST_COPY  # noqa: E402
 
@@ -147,3 +150,42 @@ def test_a_file_the_quantizer_refuses_is_a_message_and_the_target_stays(qtbot, t
     assert w.controller.settings.target == str(odd)
     assert cpu_weights.ready(odd, cpu_weights.Role.FAST_TARGET) is None
     assert not [p for p in cpu_weights.folder().iterdir() if p.name.startswith(".odd-target.")]
+
+
+def test_a_verdict_that_speculation_does_not_pay_points_to_the_fast_copy(qtbot, tiny, isolated_home):
+    """The stats panel's hint, under a real reply on the tiny pair given the totals of a reply that
+    ran slower (as tests/test_app_uncertain_verdict.py does): shown where it can help, followed by a
+    click, gone where speculation helps, the target is a copy, or nothing drafts."""
+    install_tiny(tiny, isolated_home, draft_max=4)
+    w = open_window(qtbot)
+    qtbot.waitUntil(lambda: w.stats.fast_copy_offered, timeout=REPLY_TIMEOUT_MS)
+    reply = send(qtbot, w)
+
+    def show(speedup: float) -> bool:
+        stats = dataclasses.replace(reply.stats, certainty=Certainty.SETTLED, estimated_speedup=speedup)
+        w.stats.show_snapshot(ReplyStats.of_rounds([], stats, False).snapshot())
+        return w.stats.fast_copy_hint.isVisibleTo(w)
+
+    assert show(1.5) is False  # helping: nothing to point to
+    assert show(0.8) is True and "slower" in w.stats.verdict.text()
+    seen = {}
+
+    def look(dlg):
+        seen["tab"] = dlg.tabs.tabText(dlg.tabs.currentIndex())
+        seen["focus"] = dlg.focusWidget() is dlg.hardware.fast_copy.button
+        qtbot.keyClick(dlg, Qt.Key.Key_Escape)
+
+    in_dialog(qtbot, lambda: w.models_dialog, look)
+    hint = w.stats.fast_copy_hint
+    qtbot.mouseClick(hint, Qt.MouseButton.LeftButton, pos=QPoint(6, hint.fontMetrics().height() // 2))
+    qtbot.waitUntil(lambda: "tab" in seen)
+    assert seen == {"tab": "Hardware", "focus": True}
+
+    w.bar.drafter.setFocus()  # "none (plain decoding)", the list's last row, by keyboard
+    qtbot.keyClick(w.bar.drafter, Qt.Key.Key_Down, Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: w.bar.drafter.view().isVisible())
+    qtbot.keyClick(w.bar.drafter.view(), Qt.Key.Key_End)
+    qtbot.keyClick(w.bar.drafter.view(), Qt.Key.Key_Return)
+    assert w.controller.settings.drafter == DraftSpec.NONE
+    qtbot.waitUntil(lambda: not w.stats.fast_copy_offered)
+    assert show(0.8) is False  # no drafter: a faster check has nothing to check

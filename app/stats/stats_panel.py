@@ -1,7 +1,7 @@
 """The live numbers of the reply on screen, the verdict in words, and two charts."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
@@ -22,6 +22,9 @@ def _num(v: float | None, fmt: str = "{:.2f}") -> str:
 
 class StatsPanel(QFrame):
     """Shows a StatsSnapshot; `show_snapshot(None)` clears it."""
+
+    sig_fast_copy = Signal()
+    """The person followed the hint to a fast copy of the target for this CPU."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -73,6 +76,18 @@ class StatsPanel(QFrame):
         row.addWidget(self.tone_bar)
         row.addWidget(self.verdict, 1)
         lay.addLayout(row)
+        # Where speculation does not pay and this CPU has the remedy, the verdict says where it is.
+        self.fast_copy_hint = QLabel('<a href="fast-copy">A fast copy of the target for this CPU</a> checks drafts '
+                                     "faster, so they pay more often here (it is another model).")
+        self.fast_copy_hint.setObjectName("fast_copy_hint")
+        self.fast_copy_hint.setWordWrap(True)
+        self.fast_copy_hint.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
+                                                    | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
+        self.fast_copy_hint.linkActivated.connect(lambda _href: self.sig_fast_copy.emit())
+        self.fast_copy_hint.hide()
+        lay.addWidget(self.fast_copy_hint)
+        self.fast_copy_offered = False
+        """Set by the window: the current target has a fast copy to offer (Models › Hardware)."""
         self.acceptance_chart = AcceptanceChart()
         self.speed_chart = SpeedChart()
         lay.addWidget(self.acceptance_chart)
@@ -87,6 +102,7 @@ class StatsPanel(QFrame):
             for v in self.fields.values():
                 v.setText("–")
             self.verdict.setText("Send a message to see how the drafter does.")
+            self.fast_copy_hint.hide()
             self.tone_bar.setStyleSheet("")
             self.acceptance_chart.set_values(())
             self.speed_chart.set_points(())
@@ -105,6 +121,8 @@ class StatsPanel(QFrame):
         self.verdict.setText(v)
         colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
         self.tone_bar.setStyleSheet(f"background-color: {QColor(colour).name()};" if colour else "")
+        self.fast_copy_hint.setVisible(self.fast_copy_offered and v.tone != "good" and (s.auto or s.drafted > 0)
+                                       and s.certainty is not Certainty.LOAD_CHANGED)
         self.acceptance_chart.set_values(s.by_position)
         # With the load changed there is no one plain-decoding speed to draw.
         plain = s.tokens_per_s / s.estimated_speedup if s.estimated_speedup and s.certainty is Certainty.SETTLED \
