@@ -308,3 +308,29 @@ def test_the_middle_of_a_replys_time_and_the_halves_of_rounds_when_one_round_fil
     assert v._middle() == 1
     # Halves of rounds, 2 | 3: median speed 6.5 against 1.0.
     assert v.certainty() is Certainty.LOAD_CHANGED
+
+
+def test_plain_decoding_pays_for_the_end_of_generation_token_too():
+    """A reply that decoded plainly is 1.00x of plain decoding: the pass that produced the end token
+    (emitting nothing) is one plain decoding makes as well (counted as a loss, a 17-token reply read 0.94x)."""
+    c = cpu_costs()
+    c.plain_overhead.add(0.01)
+    v = PlainEstimate()
+    for _ in range(4):
+        v.add_round(c, PLAIN, 1)
+    v.add_round(c, PLAIN, 0, ended=True)
+    assert (v.tokens, v.passes) == (4, 5)
+    assert v.plain_s == pytest.approx(5 * (0.1 + 0.01))
+    assert v.speedup(4, 5 * 0.11) == pytest.approx(1.0)
+    # A drafting round whose block held the end token after 2 kept tokens: 3 passes of V(1) at its speed.
+    d = PlainEstimate()
+    d.add_round(c, drafting(verify_s=0.4), 2, ended=True)  # V(5) 0.4 s as calibrated: V(1) 0.1 s
+    assert d.plain_s == pytest.approx(3 * (0.1 + 0.01)) and d.plain_tokens_per_s() == pytest.approx(2 / 0.33)
+
+
+def test_a_replys_first_plain_round_follows_no_model_round():
+    c = cpu_costs()
+    c.interference = 1.25
+    v = PlainEstimate()
+    v.add_round(c, PLAIN, 1)  # nothing drafted before it in this reply: as measured, no interference taken out
+    assert v.plain_s == pytest.approx(0.1)

@@ -346,7 +346,7 @@ def generate(
         for r in steps:
             finish = r.finish
             accounts.begin(r.outcome)
-            stats.round_done(r.outcome, len(r.tokens), costs)
+            stats.round_done(r.outcome, len(r.tokens), costs, ended=r.finish is FinishReason.STOP)
             for out in watch.push(r, [text.push(t) for t in r.tokens]):
                 yield from round_events(out.unit, out.texts)
             accounts.settle()

@@ -46,9 +46,10 @@ class StatsTracker:
     def prefill_done(self, n_prompt: int, reused: int, seconds: float) -> None:
         self.prompt_tokens, self.reused, self.prefill_s = n_prompt, reused, seconds
 
-    def round_done(self, o: RoundOutcome, kept: int, costs: CostModel) -> None:
-        """Before `costs.record(o)`: plain decoding's price for this round's tokens, at this round's speed."""
-        self.plain.add_round(costs, o, kept)
+    def round_done(self, o: RoundOutcome, kept: int, costs: CostModel, ended: bool = False) -> None:
+        """Before `costs.record(o)`: plain decoding's price for this round's tokens (and the end-of-generation
+        token, when `ended` there), at this round's speed."""
+        self.plain.add_round(costs, o, kept, ended)
 
     def round_shown(self, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
                     drafter: DraftKind) -> RoundTotals:

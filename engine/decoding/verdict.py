@@ -34,6 +34,7 @@ class PlainEstimate:
 
     def __init__(self) -> None:
         self.tokens = 0
+        self.passes = 0  # single-token passes plain decoding needs for them: the tokens, and an end-of-generation one
         self.rounds = 0
         self.ratios: list[float] = []
         self._seconds: list[float] = []  # each priced round's verify time, beside its ratio
@@ -42,8 +43,10 @@ class PlainEstimate:
         self._by_size: dict[tuple[int, bool], float] = {}
         self._after_model = False
 
-    def add_round(self, costs: CostModel, o: RoundOutcome, kept: int) -> None:
-        """Call before `costs.record(o)`: the round is priced against the shape it was decided on."""
+    def add_round(self, costs: CostModel, o: RoundOutcome, kept: int, ended: bool = False) -> None:
+        """Call before `costs.record(o)`: the round is priced against the shape it was decided on. `ended`: its
+        block ended at an end-of-generation token, which plain decoding decodes too, emitting nothing (left
+        out, a 17-token reply decoded plainly read 0.94x)."""
         n = o.drafted + 1
         model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
         after_model, self._after_model = model or (n == 1 and self._after_model), model
@@ -55,15 +58,17 @@ class PlainEstimate:
         if ratio is not None:
             self.ratios.append(ratio)
             self._seconds.append(o.verify_s)
-        self._by_size[n, after_model] = self._by_size.get((n, after_model), 0.0) + kept * o.verify_s
+        priced = kept + (1 if ended else 0)
+        self._by_size[n, after_model] = self._by_size.get((n, after_model), 0.0) + priced * o.verify_s
         self.tokens += kept
+        self.passes += priced
 
     @property
     def plain_s(self) -> float:
         c = self._costs
         if c is None:
             return 0.0
-        total = self.tokens * c.round_overhead(0)
+        total = self.passes * c.round_overhead(0)
         for (n, after_model), s in self._by_size.items():
             v1 = c.plain_price(n, s) - c.round_overhead(0)  # linear in the seconds
             total += v1 / c.interference if after_model else v1
