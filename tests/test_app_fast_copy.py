@@ -101,6 +101,23 @@ def test_the_target_picker_makes_a_fast_copy_uses_it_and_goes_back(qtbot, tiny, 
         w.open_models("hardware")
     assert w.controller.settings.target == str(installed["target"])
     assert bar.target.currentData() == str(installed["target"]) and FAST_COPY not in rows(bar.target)
+    assert str(copy_path) in rows(bar.target)  # still there to choose again
+
+    # Not in use, the copy can be deleted (a gigabyte for the real target): it is offered to be made again.
+    def delete_it(dlg):
+        box = dlg.hardware.fast_copy
+        seen["before"] = (box.button.text(), box.delete_button.isVisibleTo(dlg))
+        qtbot.mouseClick(box.delete_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: box.button.text() == "Make the fast copy and use it", timeout=REPLY_TIMEOUT_MS)
+        seen["after delete"] = box.delete_button.isVisibleTo(dlg)
+        qtbot.keyClick(dlg, Qt.Key.Key_Escape)
+
+    in_dialog(qtbot, lambda: w.models_dialog, delete_it)
+    w.open_models("hardware")
+    assert seen["before"] == ("Use the fast copy", True) and seen["after delete"] is False
+    assert not copy_path.exists() and not copy_path.with_suffix(".json").exists()
+    qtbot.waitUntil(lambda: FAST_COPY in rows(bar.target) and str(copy_path) not in rows(bar.target))
+    assert w.controller.settings.target == str(installed["target"]) and installed["target"].is_file()
 
 
 def test_a_fast_copy_is_listed_after_its_model_and_drafts_for_nobody(tiny, isolated_home):

@@ -155,6 +155,13 @@ def test_a_fast_copy_knows_its_source_and_is_not_offered_a_copy_of_its_own(tiny,
     elsewhere.write_bytes(copy.read_bytes())
     elsewhere.with_suffix(".json").write_text(copy.with_suffix(".json").read_text())
     assert cpu_weights.source_of(elsewhere) is None
+    for not_a_copy in (src, elsewhere):  # a person's own files are never deleted through this
+        with pytest.raises(EngineError, match="not a copy made for this CPU"):
+            cpu_weights.remove(not_a_copy)
+        assert not_a_copy.is_file()
+    cpu_weights.remove(copy)
+    assert not copy.exists() and not copy.with_suffix(".json").exists()
+    assert cpu_weights.ready(src, Role.FAST_TARGET) is None and cpu_weights.fast_copy_offered(src) == cpu_weights.cpu_suits()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

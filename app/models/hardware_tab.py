@@ -5,7 +5,11 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout,
+                               QWidget)
+
+from engine.decoding import cpu_weights
+from engine.errors import EngineError
 
 from app.core.background import run_in_background
 from app.control.controller import ChatController
@@ -143,12 +147,21 @@ class FastCopyBox(QGroupBox):
         self.text.setWordWrap(True)
         self.button = QPushButton()
         self.button.setObjectName("fast_copy_button")
+        self.delete_button = QPushButton("Delete the copy")
+        self.delete_button.setObjectName("fast_copy_delete")
+        self.delete_button.setAccessibleName("Delete the fast copy")
         self.row = TaskRow()
         lay.addWidget(self.text)
-        lay.addWidget(self.button, 0, Qt.AlignmentFlag.AlignLeft)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.button)
+        buttons.addWidget(self.delete_button)
+        buttons.addStretch(1)
+        lay.addLayout(buttons)
         lay.addWidget(self.row)
         self.button.clicked.connect(self._act)
+        self.delete_button.clicked.connect(self._delete)
         self._action: tuple[str, str] | None = None  # ('make' | 'use', target path)
+        self._copy: Path | None = None  # a copy made and not in use: it can be deleted
         controller.sig_models.connect(self.show_for)
         for task in controller.tasks.values():
             if task.key.startswith("fast-copy:"):
@@ -160,7 +173,7 @@ class FastCopyBox(QGroupBox):
         entry = by_path.get(current)
         copy = next((m for m in models if entry is not None and m.copy_of is not None
                      and str(m.copy_of) == str(entry.path)), None)
-        self._action = None
+        self._action, self._copy = None, None
         if entry is not None and entry.copy_of is not None:
             self.text.setText(f"The target is the fast copy of <b>{html.escape(entry.copy_of.name)}</b> made for "
                               f"this CPU. {_FAST_COPY_TEXT}")
@@ -168,17 +181,32 @@ class FastCopyBox(QGroupBox):
         elif copy is not None:
             self.text.setText(f"A fast copy of <b>{html.escape(entry.path.name)}</b> is made. {_FAST_COPY_TEXT}")
             self._action, label = ("use", str(copy.path)), "Use the fast copy"
+            self._copy = copy.path
         elif entry is not None and entry.copyable:
             self.text.setText(f"{_FAST_COPY_TEXT} Made once from <b>{html.escape(entry.path.name)}</b>, in seconds "
                               f"to a minute; at most {human_bytes(entry.size_bytes)} more on disk.")
             self._action, label = ("make", str(entry.path)), "Make the fast copy and use it"
         self.setVisible(self._action is not None)
+        self.delete_button.setVisible(self._copy is not None)
+        if self._copy is not None:
+            self.delete_button.setToolTip(f"{self._copy}\n{human_bytes(copy.size_bytes)}; it can be made again")
         if self._action is not None:
             self.button.setText(label)
             self.button.setAccessibleName(label)
             running = any(t.key.startswith("fast-copy:") and t.state == TaskState.RUNNING
                           for t in self.controller.tasks.values())
             self.button.setEnabled(not running)
+
+    def _delete(self) -> None:
+        if self._copy is None:
+            return
+        try:
+            cpu_weights.remove(self._copy)
+        except (EngineError, OSError) as exc:
+            self.row.hide()
+            self.text.setText(f"The copy could not be deleted: {html.escape(str(exc))}")
+            return
+        self.controller.refresh_models()
 
     def _act(self) -> None:
         if self._action is None:

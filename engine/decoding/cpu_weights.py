@@ -146,6 +146,14 @@ def source_of(path: Path) -> Path | None:
         return None
 
 
+def remove(copy: Path) -> None:
+    """Delete a copy made here and its note (it can be made again); anything else is refused."""
+    if source_of(copy) is None:
+        raise EngineError(f"{Path(copy).name} is not a copy made for this CPU")
+    for p in (Path(copy), Path(copy).with_suffix(".json")):
+        p.unlink(missing_ok=True)
+
+
 def fast_copy_offered(src: Path) -> bool:
     """Whether to offer a person the fast target copy of `src`: on a CPU-only llama.cpp of the kind the
     module docstring measured, from Python (a bundled app has none for the quantizer's child process),
