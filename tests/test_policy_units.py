@@ -679,3 +679,27 @@ def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():
     assert c.correction(5) == pytest.approx((0.1 / 0.25) / (0.1 / 0.3))  # 1.2
     c.new_reply()
     assert c.correction(5) == 1.0
+
+
+def test_auto_prices_a_block_as_dear_as_the_pairs_measure_it_never_cheaper_than_calibrated():
+    """V(1) 0.1 s and V(5) 0.4 s calibrated. A plain round of 0.1 s beside a 5-token block of 0.6 s:
+    blocks of 5-8 tokens cost 1.5x the shape here, and Auto prices them so; a block of 0.3 s beside it
+    (cheaper than calibrated) leaves the price at the shape. V(1), and what a kept calibration stores
+    (shape_cost), never move with a pair."""
+    dear = CostModel()
+    dear.add_verify(1, 0.1)
+    dear.add_verify(5, 0.4)
+    dear.observe_verify(1, 0.1)
+    dear.observe_verify(5, 0.6)
+    assert dear.correction(5) == pytest.approx((0.1 / 0.6) / (0.1 / 0.4))
+    assert dear.verify_cost(5) == pytest.approx(1.5 * dear.shape_cost(5))
+    assert dear.verify_cost(7) == pytest.approx(1.5 * dear.shape_cost(7))  # the same size class, 5-8
+    assert dear.verify_cost(3) == pytest.approx(dear.shape_cost(3))  # 3-4: no pair of its own yet
+    assert dear.verify_cost(1) == pytest.approx(dear.shape_cost(1))
+    assert dear.shape_cost(5) == pytest.approx(0.4 * dear.speed.value)
+    cheap = CostModel()
+    cheap.add_verify(1, 0.1)
+    cheap.add_verify(5, 0.4)
+    cheap.observe_verify(1, 0.1)
+    cheap.observe_verify(5, 0.3)
+    assert cheap.correction(5) > 1.0 and cheap.verify_cost(5) == pytest.approx(cheap.shape_cost(5))

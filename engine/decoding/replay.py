@@ -100,7 +100,7 @@ def measured_profile(name: str, verify_ms: dict[int, float], draft_ms: float, ca
         c = CostModel()
         for n, ms in points.items():
             c.add_verify(int(n), ms)
-        return lambda n: c.verify_cost(n) or 0.0
+        return lambda n: c.shape_cost(n) or 0.0
 
     return CostProfile(name, curve(verify_ms), draft_ms, curve(catchup_ms))
 

@@ -345,7 +345,7 @@ class Session:
         if not self._calibrate:
             return
         c = self.costs
-        blocks = {n: v for n in c.verify.by_size if (v := c.verify_cost(n))}
+        blocks = {n: v for n in c.verify.by_size if (v := c.shape_cost(n))}
         if blocks:
             key = self._key(self.target)
             calibration.save(key, blocks, quiet=self._quiet.get(key, False))
