@@ -37,6 +37,7 @@ from app.chat.chat_view import ViewOptions
 from app.chat.context_meter import ContextMeter
 from app.control.controller import ChatController
 from app.chat.conversation_list import ConversationList
+from app.control.model_scan import entry_for
 from app.control.pairing import LoadState
 from app.control.streaming_reply import StreamingReply, stats_title
 from app.core import slot_errors
@@ -448,8 +449,8 @@ class MainWindow(QMainWindow):
     def _fast_copy_offered(self, *_args) -> None:
         """Whether the stats panel may point to a fast copy: one can be made of the target, and there is a drafter."""
         s = self.controller.settings
-        self.stats.fast_copy_offered = s.drafter != DraftSpec.NONE and any(
-            str(m.path) == s.target and m.copyable for m in self.controller.models)
+        entry = entry_for(self.controller.models, s.target)
+        self.stats.fast_copy_offered = s.drafter != DraftSpec.NONE and entry is not None and entry.copyable
         if not self.stats.fast_copy_offered:
             self.stats.fast_copy_hint.hide()
 

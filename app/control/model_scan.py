@@ -125,6 +125,11 @@ def models_folder() -> Path:
     return Path(_store.models_folder()) if _store is not None and hasattr(_store, "models_folder") else paths.models_dir()
 
 
+def entry_for(models: Iterable[ModelEntry], path: str | Path | None) -> ModelEntry | None:
+    """The listed model at `path` (the settings name it as text), or None."""
+    return next((m for m in models if path and str(m.path) == str(path)), None)
+
+
 def list_models(extra: Iterable[Path | str] = ()) -> tuple[list[ModelEntry], list[str]]:
     """Installed models (the model folder, plus `extra` files chosen elsewhere), and problems in words."""
     found: dict[Path, ModelEntry] = {}

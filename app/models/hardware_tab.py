@@ -14,7 +14,7 @@ from engine.errors import EngineError
 from app.core.background import run_in_background
 from app.control.controller import ChatController
 from app.control.model_jobs import fast_copy_task
-from app.control.model_scan import ModelEntry, human_bytes
+from app.control.model_scan import ModelEntry, entry_for, human_bytes
 from app.control.tasks import TaskState
 from app.models.task_row import TaskRow
 
@@ -169,8 +169,7 @@ class FastCopyBox(QGroupBox):
         self.show_for(controller.models, controller.settings.target)
 
     def show_for(self, models: list[ModelEntry], current: str) -> None:
-        by_path = {str(m.path): m for m in models}
-        entry = by_path.get(current)
+        entry = entry_for(models, current)
         copy = next((m for m in models if entry is not None and m.copy_of is not None
                      and str(m.copy_of) == str(entry.path)), None)
         self._action, self._copy = None, None

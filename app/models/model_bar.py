@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from engine.decoding.draft_choice import DraftLength, DraftSpec
 
-from app.control.model_scan import DrafterOption, ModelEntry, human_bytes
+from app.control.model_scan import DrafterOption, ModelEntry, entry_for, human_bytes
 from app.models.elided_combo import SHORT_ROLE, ElidedCombo
 from app.models.sampling_popover import SamplingPopover
 from app.core.settings import AppSettings
@@ -142,7 +142,7 @@ class ModelBar(QWidget):
             self.target.setItemData(self.target.count() - 1, m.short_label, SHORT_ROLE)
         if current and self.target.findData(current) < 0:
             self.target.addItem(Path(current).name, current)
-        if any(str(m.path) == current and m.copyable for m in models):
+        if (entry := entry_for(models, current)) is not None and entry.copyable:
             self.target.addItem("Make a fast copy for this CPU…", FAST_COPY)
             self.target.setItemData(self.target.count() - 1, "A copy of the target that checks drafts faster on this "
                                     "CPU (another model: Models… › Hardware says how it differs)",

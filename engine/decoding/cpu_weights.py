@@ -84,7 +84,7 @@ def cpu_suits() -> bool:
 def plan(path: Path, role: Role) -> dict[str, str]:
     """Tensor name -> the type it gets in the copy (empty: nothing to gain). 2-D weights only; a
     drafter's token embeddings stay (a lookup table, not a matrix product)."""
-    info = validate_gguf(path)
+    info = validate_gguf(path, read_tokens=False)  # tensors only: the vocabulary is a third of the read
     out: dict[str, str] = {}
     for name, shape, ggml_type, _ in info.tensors:
         if len([d for d in shape if d > 1]) < 2 or not name.endswith(".weight") or ggml_type not in _WEIGHT_TYPES:
