@@ -159,6 +159,7 @@ def test_a_fast_copy_knows_its_source_and_is_not_offered_a_copy_of_its_own(tiny,
         with pytest.raises(EngineError, match="not a copy made for this CPU"):
             cpu_weights.remove(not_a_copy)
         assert not_a_copy.is_file()
+    copy.unlink()  # the copy gone by hand, its note left: removing it still removes the note
     cpu_weights.remove(copy)
     assert not copy.exists() and not copy.with_suffix(".json").exists()
     assert cpu_weights.ready(src, Role.FAST_TARGET) is None and cpu_weights.fast_copy_offered(src) == cpu_weights.cpu_suits()
@@ -175,3 +176,11 @@ def test_a_crafted_note_beside_a_copy_is_no_source(tiny, note):
     copy.write_bytes(b"GGUF")
     copy.with_suffix(".json").write_bytes(note)
     assert cpu_weights.source_of(copy) is None
+
+
+def test_no_fast_copy_is_offered_on_a_cpu_without_the_kernels(tiny, tmp_path, monkeypatch):
+    """Where the repacked Q4_0 kernels are not what llama.cpp runs (no AVX2, not x86-64), a copy would be
+    another model for nothing: not offered, whatever the file."""
+    src = tiny_models.write_tiny_model(tmp_path / "t.gguf", tiny_models.TARGET)
+    monkeypatch.setattr(cpu_weights, "cpu_suits", lambda: False)
+    assert cpu_weights.plan(src, Role.FAST_TARGET) and not cpu_weights.fast_copy_offered(src)
