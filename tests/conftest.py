@@ -65,11 +65,21 @@ def qt_objects_die_with_their_test(request):
     is otherwise carried out only when some later test runs one, among another test's objects (a
     fresh-clone run once died of SIGSEGV in pytest-qt's event processing at a later test's setup).
     Windows held by reference cycles (slots that capture them) are collected here too, where no Qt
-    event is being delivered, rather than by whichever later allocation triggers the collector."""
-    yield
-    if "qtbot" not in request.fixturenames:
-        return
+    event is being delivered, rather than by whichever later allocation triggers the collector.
+
+    A window turns the automatic collector off for the process (app.core.gui_collector); a test without
+    a window gets it back for its own duration, as the command line runs, so that its cyclic garbage
+    does not pile up uncollected where no event loop ticks."""
     import gc
+
+    if "qtbot" not in request.fixturenames:
+        was_on = gc.isenabled()
+        gc.enable()
+        yield
+        if not was_on:
+            gc.disable()
+        return
+    yield
     import time
 
     from PySide6.QtCore import QCoreApplication, QEvent

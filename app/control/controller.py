@@ -38,6 +38,7 @@ from app.control.preferences import Preferences
 from app.control.replies import CompareRuns, Replies, ReplyHandler, generation_settings_of, history_for
 from app.control.tasks import Task
 from app.core.errors import Level, Notice
+from app.core.gui_collector import collect_on_gui_thread
 from app.core.settings import AppSettings
 from app.core.engine_thread.worker import EngineWorker
 from app.history.records import Conversation, Message, Role
@@ -71,6 +72,7 @@ class ChatController(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        collect_on_gui_thread()  # before any of the app's threads runs Python (app.core.gui_collector)
         self.prefs = Preferences(self)
         self.startup_notices: list[Notice] = []
         if self.prefs.load_notice:
