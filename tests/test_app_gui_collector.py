@@ -73,3 +73,41 @@ def test_no_collection_runs_on_the_engine_thread_as_it_streams_a_reply_or_frees_
         w.close()
         qtbot.waitUntil(lambda: not engine_threads_running(), timeout=30_000)
     assert threads <= {threading.main_thread().ident}
+
+
+def test_what_is_due_is_the_oldest_generation_past_its_threshold_as_the_interpreter_would_collect():
+    from app.core.gui_collector import collect_due
+
+    threshold, was_on = gc.get_threshold(), gc.isenabled()
+    gc.disable()
+    kept: list[list[int]] = []
+    try:
+        gc.collect()
+        gc.set_threshold(50, 3, 2)
+        assert collect_due() is None  # nothing allocated since the full collection
+        kept += [[] for _ in range(100)]
+        assert collect_due() == 0
+        assert gc.get_count()[1] == 1  # one young collection counted towards the middle generation
+        for _ in range(3):
+            kept += [[] for _ in range(100)]
+            assert collect_due() == 0
+        kept += [[] for _ in range(100)]
+        assert collect_due() == 1  # 4 young collections > 3: the middle generation, with the young one
+        assert gc.get_count()[1:] == (0, 1)
+        for _ in range(2):
+            for _ in range(4):
+                kept += [[] for _ in range(100)]
+                collect_due()
+            kept += [[] for _ in range(100)]
+            collect_due()
+        assert gc.get_count()[2] == 3
+        kept += [[] for _ in range(100)]
+        assert collect_due() == 2  # 3 > 2: everything
+        assert gc.get_count()[1:] == (0, 0)
+        gc.set_threshold(0)  # the interpreter's "never": nor here
+        kept += [[] for _ in range(1000)]
+        assert collect_due() is None
+    finally:
+        gc.set_threshold(*threshold)
+        if was_on:
+            gc.enable()
