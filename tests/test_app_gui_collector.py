@@ -52,7 +52,7 @@ def collections_by_thread() -> Iterator[set[int]]:
 def test_a_cycle_holding_a_widget_is_collected_on_the_gui_thread_not_where_allocation_crossed_the_threshold(
         qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home, max_tokens=8)
-    w = open_window(qtbot)
+    open_window(qtbot)  # its controller hands the collector to the GUI thread
     seen: list[str] = []
     gc.collect()  # from here the garbage below is the youngest, and the job's allocations cross the threshold
     _Cycle(seen)
@@ -61,7 +61,6 @@ def test_a_cycle_holding_a_widget_is_collected_on_the_gui_thread_not_where_alloc
     qtbot.waitUntil(lambda: bool(seen), timeout=5_000)  # the GUI thread's next tick
     assert seen == [threading.main_thread().name]
     del made
-
 
 
 def test_no_collection_runs_on_the_engine_thread_as_it_streams_a_reply_or_frees_the_pair(qtbot, tiny, isolated_home):
