@@ -598,8 +598,8 @@ def test_lookup_drafts_are_priced_without_the_model_drafters_cost():
 
 def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_reading_it():
     # Worked by hand: a plain round 0.1 s a token; a perfect one-token draft, 2 tokens for
-    # 0.12 + 0.02 s = 0.07 s a token: 0.03 s saved a token. Reading the 99-token backlog is
-    # charged beyond 2% of a plain round a token (0.198 s). Over 50 tokens to go, 1.5 s is saved.
+    # 0.12 + 0.02 s = 0.07 s a token: 0.03 s saved a token. Over 50 tokens to go, 1.5 s is saved, which
+    # must repay all of reading the 99-token backlog (no probe's allowance: this read is paid now).
     def auto_with(catchup: float) -> AutoK:
         c = priced({1: 0.1, 2: 0.12}, draft=0.02)
         c.catchup.add(99, catchup)
@@ -609,17 +609,19 @@ def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_readin
         auto.probes[DraftKind.MODEL].idle_s = 0.0  # it drafted just now: no probe is due (a decline is 0)
         return auto
 
-    assert auto_with(0.198 + 1.5 - 1e-6).request(1, behind=100, remaining=50).model_k == 1
-    assert auto_with(0.198 + 1.5 + 1e-6).request(1, behind=100, remaining=50).model_k == 0
-    assert auto_with(0.198 + 1.5 + 1e-6).request(1, behind=100, remaining=51).model_k == 1
+    assert auto_with(1.5 - 1e-6).request(1, behind=100, remaining=50).model_k == 1
+    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=50).model_k == 0
+    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=51).model_k == 1
     # The horizon is at most REPLY_HORIZON tokens however long max_tokens is, and None means it.
-    at_horizon = 0.198 + 0.03 * REPLY_HORIZON
+    at_horizon = 0.03 * REPLY_HORIZON
     assert auto_with(at_horizon - 1e-6).request(1, behind=100).model_k == 1
     assert auto_with(at_horizon + 1e-6).request(1, behind=100, remaining=10 * REPLY_HORIZON).model_k == 0
     # Caught up (the token to score is all it has not read): no backlog to pay for.
     assert auto_with(1000.0).request(1, behind=1, remaining=2).model_k == 1
-    # One unread token costs a 99th of the 99 (in proportion), less its 0.002 s allowance, against
-    # 0.06 s saved over 2 tokens: 99 * 0.062 s is where it stops paying.
+    # One unread token costs a 99th of the 99 (in proportion) against 0.06 s saved over 2 tokens: 99 * 0.06 s
+    # is where drafting stops paying, yet up to 99 * 0.062 s a one-token probe costs nothing net (a probe is
+    # charged the read beyond its 0.002 s allowance), so it looks all the same.
+    assert auto_with(99 * 0.06 - 1e-6).request(1, behind=2, remaining=2).model_k == 1
     assert auto_with(99 * 0.062 - 1e-6).request(1, behind=2, remaining=2).model_k == 1
     assert auto_with(99 * 0.062 + 1e-6).request(1, behind=2, remaining=2).model_k == 0
 

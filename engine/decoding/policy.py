@@ -17,7 +17,7 @@ What each price covers, so that none is inflated by how long drafting was off:
   steady-state choice of k. When that choice says draft but the drafter is behind (the prompt, at a
   reply's first round: Auto does not have the drafter read it with the target's prefill), drafting
   starts only if what it is expected to save over the reply's next tokens (at most REPLY_HORIZON)
-  pays for the read; otherwise the read waits for a probe's budget like any other.
+  pays for the whole read; otherwise the read waits for a probe's budget like any other.
 - Acceptance is a Beta posterior per kind of draft: a prior for the kind (a model drafter usually
   agrees, a lookup often does not), updated by the judgements of the last 16 rounds, and per
   position by that position's own judgements of the last 32 rounds. The windows count rounds, so
@@ -614,13 +614,17 @@ class AutoK(DraftPolicy):
         return max(0.0, self.costs.catchup_cost(n) - allowance)
 
     def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None) -> bool:
-        """Whether drafting k a round saves, over the reply's next tokens, what reading the backlog costs."""
+        """Whether drafting k a round saves, over the reply's next tokens, all that reading the backlog costs.
+        The whole read, not a probe's share of it (_backlog_price): this read is paid now, for a saving
+        that only comes if the drafter goes on drafting. Priced at a probe's share, a translation's prompt
+        read into the drafter on a CPU cost more than the reply's drafts saved (replayed on the fast
+        copy's costs: 0.86x of plain; 0.98x priced whole)."""
         if behind <= 1:
             return True
         rates = self.rates(key, k, True)
         saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
         horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
-        return saving * horizon >= self._backlog_price(behind - 1)
+        return saving * horizon >= (self.costs.catchup_cost(behind - 1) or 0.0)
 
     def cautious(self) -> bool:
         """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""

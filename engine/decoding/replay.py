@@ -38,6 +38,9 @@ class Trace:
     """Per reply position: '1' when the model drafter's greedy next token equals the target's."""
     lookup: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     """Per reply position with a lookup proposal: (n-gram match length, tokens proposed, tokens right)."""
+    prompt: int = 0
+    """Tokens of the rendered prompt (0: not recorded). A policy that does not have the drafter read the
+    prompt with the target's prefill (Auto) pays for reading it at its first model draft."""
 
     @property
     def tokens(self) -> int:
@@ -52,11 +55,12 @@ class Trace:
 
     def to_json(self) -> dict:
         return {"name": self.name, "category": self.category, "model_match": self.model_match,
-                "lookup": [[t, *v] for t, v in sorted(self.lookup.items())]}
+                "lookup": [[t, *v] for t, v in sorted(self.lookup.items())], "prompt": self.prompt}
 
     @staticmethod
     def from_json(d: dict) -> "Trace":
-        return Trace(d["name"], d["category"], d["model_match"], {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in d["lookup"]})
+        return Trace(d["name"], d["category"], d["model_match"], {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in d["lookup"]},
+                     int(d.get("prompt", 0)))
 
 
 def load_traces(path: Path) -> tuple[dict, list[Trace]]:
@@ -117,6 +121,10 @@ PROFILES = {
 class SimResult:
     tokens: int = 0
     seconds: float = 0.0
+    """Decoding time (as the live verdict and a reply's tokens/s count it)."""
+    prefill_s: float = 0.0
+    """The drafter reading the prompt with the target's prefill (a fixed k): counted in `rate`, so a
+    policy that reads it while decoding instead (Auto) is compared on the same work."""
     rounds: int = 0
     ks: list[int] = field(default_factory=list)
     """Draft tokens verified each round (0 = plain)."""
@@ -132,7 +140,8 @@ class SimResult:
 
     @property
     def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
+        seconds = self.seconds + self.prefill_s
+        return self.tokens / seconds if seconds else 0.0
 
 
 def calibrated_costs(profile: CostProfile) -> CostModel:
@@ -162,11 +171,19 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
     use_model, use_lookup = "model" in drafter, "lookup" in drafter
     res = SimResult()
     n = trace.tokens
-    t, read = 0, 0  # reply position; reply tokens the model drafter has read (it read the prompt but its last token)
+    # Reply position; reply tokens the model drafter has read: it read the prompt but its last token with the
+    # target's prefill, or (a policy that does not read it there: Auto) none of it. Either way the read is
+    # part of the reply's time, so a fixed k and Auto are compared on the same work.
+    t, read = 0, 0
+    if use_model and trace.prompt > 1:
+        if policy.reads_prompt:
+            res.prefill_s = profile.catchup(trace.prompt - 1) * load(0.0)
+        else:
+            read = 1 - trace.prompt
     while t < n:
         slow = load(res.seconds)
         behind = t + 1 - read
-        req = DraftRequest() if controls is not None and controls.due(n - t) else policy.request(n - t - 1, behind)
+        req = DraftRequest() if controls is not None and controls.due(n - t) else policy.request(n - t - 1, behind, n - t)
         key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
         draft_s = catchup_s = 0.0
         catchup_n = 0
@@ -312,4 +329,4 @@ def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[i
             while right < len(cont) and t + right < len(reply) and cont[right] == reply[t + right]:
                 right += 1
             lookup[t] = (n_match, len(cont), right)
-    return Trace(name, category, match or "0" * len(reply), lookup)
+    return Trace(name, category, match or "0" * len(reply), lookup, len(prompt))
