@@ -277,3 +277,21 @@ def test_a_fixed_k_pays_for_the_prompt_its_drafter_reads_at_prefill():
     assert fixed.rate == pytest.approx(12 / 23.4)
     plain = simulate(trace, profile, fixed_policy(0), "model")
     assert plain.prefill_s == 0 and plain.rate == pytest.approx(12 / (12 * 2.0))
+    assert simulate(trace, profile, fixed_policy(3), "lookup").prefill_s == 0  # no model: nothing reads it
+    # A 2-token prompt: its first token is read at prefill (its last with the first step); on a machine
+    # three times slower when the reply starts (the prefill is before it), three times the time.
+    short = Trace("short", "written", "1" * 12, prompt=2)
+    assert simulate(short, profile, fixed_policy(3), "model").prefill_s == pytest.approx(0.1)
+    assert simulate(trace, profile, fixed_policy(3), "model", load=lambda t: 3.0 if t < 1 else 1.0).prefill_s == pytest.approx(14.7)
+
+
+def test_auto_reads_the_prompt_into_the_model_drafter_at_its_first_draft():
+    """Auto does not read the prompt at prefill: its first model draft reads the 49 tokens before the last
+    first, in one batch (0.49 s here), and drafts its k tokens after; without a prompt the first step reads
+    just the one (0.01 s) with k - 1 steps after. Costs where drafting pays at once (a GPU's shape)."""
+    profile = CostProfile("cheap reads", lambda n: 1.0 + 0.02 * n, 0.1, lambda n: 0.01 * n)
+    with_prompt = simulate(Trace("read", "written", "1" * 40, prompt=50), profile, auto_policy("model"), "model")
+    without = simulate(Trace("none", "written", "1" * 40), profile, auto_policy("model"), "model")
+    assert with_prompt.prefill_s == without.prefill_s == 0
+    assert with_prompt.ks == without.ks and with_prompt.ks[0] > 0
+    assert with_prompt.seconds - without.seconds == pytest.approx(0.49 + 0.1 - 0.01)

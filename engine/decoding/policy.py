@@ -624,7 +624,7 @@ class AutoK(DraftPolicy):
         rates = self.rates(key, k, True)
         saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
         horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
-        return saving * horizon >= (self.costs.catchup_cost(behind - 1) or 0.0)
+        return saving * horizon >= self.costs.catchup_cost(behind - 1)
 
     def cautious(self) -> bool:
         """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""
