@@ -182,7 +182,7 @@ def replay(costs: dict) -> dict:
 # -- 5. plain decoding against llama-bench -----------------------------------------------------------------
 def plain_vs_llama_bench(target: Path, tools: Path, gpu_layers: int, n_gen: int = 128) -> dict:
     from engine.decoding.events import DoneEvent
-    from engine.decoding.llama_backend import LoadSettings, use_extra_buffers
+    from engine.decoding.llama_backend import LoadSettings
     from engine.decoding.session import GenerationSettings, Session
     from engine.frontends import native
 
@@ -196,12 +196,12 @@ def plain_vs_llama_bench(target: Path, tools: Path, gpu_layers: int, n_gen: int 
             done = [e for e in s.generate_tokens(prompt, GenerationSettings(draft_max=0, max_tokens=n_gen))
                     if isinstance(e, DoneEvent)][0]
             rates.append(done.stats.tokens_per_s)
-        engine_tps, threads = statistics.median(rates), s.target.n_threads
+        engine_tps, threads, repack = statistics.median(rates), s.target.n_threads, s.target.extra_buffers
     finally:
         s.close()
     try:
         rep = native.llama_bench(native.locate(tools), target, threads=threads, n_gen=n_gen, repeats=3,
-                                 repack=use_extra_buffers(None), depth=DEPTH)
+                                 repack=repack, depth=DEPTH)
     except Exception as exc:  # noqa: BLE001 - reported, the rest of the check stands
         return {"engine_tokens_per_s": engine_tps, "llama_bench_error": str(exc)[-800:]}
     tg = rep.tg

@@ -45,10 +45,18 @@ def cpu_weights_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cpu-weights")
 
 
+@pytest.fixture(scope="session")
+def amx_checks_file(tmp_path_factory) -> Path:
+    """Where the run keeps what engine.decoding.amx_check found per model file: tried once per run, as a
+    person's machine tries a file once, instead of once per test."""
+    return tmp_path_factory.mktemp("amx-checks") / "amx-check.json"
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch, cpu_weights_dir):
+def isolated_home(tmp_path, monkeypatch, cpu_weights_dir, amx_checks_file):
     """No test touches the real user folders."""
     monkeypatch.setenv("DRAFTLIGHT_CPU_WEIGHTS", str(cpu_weights_dir))
+    monkeypatch.setenv("DRAFTLIGHT_AMX_CHECKS", str(amx_checks_file))
     # Control rounds fall where measured times put them: the tests that look at a reply's rounds want
     # the rounds a fixed k makes (tests/test_control_rounds.py turns them on for its own checks).
     monkeypatch.setenv("DRAFTLIGHT_CONTROL_ROUNDS", "0")

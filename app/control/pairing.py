@@ -56,7 +56,8 @@ def pair_problem(target: str, drafter: DraftSpec | str) -> str | None:
 # What the status bar says in each load stage; a busy bar for the stages without a fraction.
 _STAGE_TEXT = {LoadStage.TARGET: "Loading the target…", LoadStage.DRAFTER: "Loading the drafter…",
                LoadStage.MEASURING: "Measuring this machine's speed…",
-               LoadStage.DRAFTER_CPU_COPY: "Making a faster copy of the drafter for this CPU (once, about 30 s)…"}
+               LoadStage.DRAFTER_CPU_COPY: "Making a faster copy of the drafter for this CPU (once, about 30 s)…",
+               LoadStage.CHECKING_KERNELS: "Checking llama.cpp's AMX kernels on this CPU (once per model, a few seconds)…"}
 
 
 class Pairing(QObject):

@@ -22,7 +22,7 @@ import llama_cpp as lc
 
 from engine.decoding.threads import default_batch_threads, default_threads
 from engine.errors import ContextFullError, EngineError, Interrupted, LoadCancelled, ModelLoadError
-from engine.gguf_check import validate_gguf
+from engine.gguf_check import GGUFInfo, validate_gguf
 
 _init_lock = threading.Lock()
 _initialised = False
@@ -165,7 +165,9 @@ class LlamaModel:
         _check_cancel(cancel, self.path)
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
-        mparams.use_extra_bufts = use_extra_buffers(settings.extra_buffers)
+        self.extra_buffers = use_extra_buffers(settings.extra_buffers, self.path, self.info, cancel)
+        """Whether weight repacking is on for this model (settings.extra_buffers resolved)."""
+        mparams.use_extra_bufts = self.extra_buffers
         raised: list[BaseException] = []
         if progress is not None or cancel is not None:
             def on_progress(value: float, _user: ctypes.c_void_p) -> bool:
@@ -434,12 +436,67 @@ def _check_cancel(cancel: threading.Event | None, path: Path) -> None:
         raise LoadCancelled(f"loading {path.name} was cancelled")
 
 
-def use_extra_buffers(asked: bool | None) -> bool:
+#: Weight types ggml's AMX kernels take, and IQ4_NL, which the other repacking takes: a file with
+#: none of them loads the same with repacking on or off (the tests' tiny F32 models).
+_REPACKED_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "F16"}
+
+
+def amx_compiled() -> bool:
+    """Whether this build of llama.cpp has AMX kernels (built for, and so running on, an AMX CPU)."""
+    return "AMX_INT8 = 1" in system_info()
+
+
+def repacking_decided(asked: bool | None, path: Path | None = None, info: GGUFInfo | None = None) -> bool | None:
+    """Weight repacking for the model file `path` where it is decided without trying the file: as asked;
+    DRAFTLIGHT_ALLOW_AMX=1 on, =0 off; on for a build without AMX kernels; off with no file to try or
+    for a file with nothing to repack. None: only trying the file can tell (engine.decoding.amx_check)."""
     if asked is not None:
         return asked
-    if os.environ.get("DRAFTLIGHT_ALLOW_AMX") == "1":
+    forced = os.environ.get("DRAFTLIGHT_ALLOW_AMX")
+    if forced in ("0", "1"):
+        return forced == "1"
+    if not amx_compiled():
         return True
-    return "AMX_INT8 = 1" not in system_info()
+    if path is None:
+        return False  # no file to try: the safe way
+    if info is None:
+        info = validate_gguf(Path(path), read_tokens=False)
+    if not any(t[2] in _REPACKED_TYPES for t in info.tensors):
+        return False  # nothing would be repacked: it loads the same either way
+    return None
+
+
+def use_extra_buffers(asked: bool | None, path: Path | None = None, info: GGUFInfo | None = None,
+                      cancel: threading.Event | None = None) -> bool:
+    """Weight repacking for the model file `path`: on, except where this build's AMX kernels crash on
+    it (tried once in a child process, then kept: engine.decoding.amx_check), or as asked."""
+    decided = repacking_decided(asked, path, info)
+    if decided is not None:
+        return decided
+    from engine.decoding import amx_check
+
+    return amx_check.check(Path(path), cancel).verdict is amx_check.AmxVerdict.RUNS
+
+
+def build_identity() -> str:
+    """What tells one build of llama.cpp from another on this machine: the version and the sizes and
+    times of its library files (a rebuild with other flags replaces them)."""
+    from importlib import metadata
+
+    lib = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(lc.__file__).resolve().parent / "lib")
+    try:
+        version = metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    files = []
+    try:
+        for f in sorted(lib.iterdir()):
+            if "ggml" in f.name and f.is_file() and not f.is_symlink():
+                st = f.stat()
+                files.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    except OSError:
+        pass
+    return f"{version}|{lib.resolve()}|{','.join(files)}"
 
 
 def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[list[dict[str, str]]], str]:

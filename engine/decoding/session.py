@@ -17,14 +17,15 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from engine.decoding import calibration, cpu_weights
+from engine.decoding import amx_check, calibration, cpu_weights
 from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.draft_choice import DraftLength, DraftSpec
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, supports_gpu_offload
+from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, repacking_decided,
+                                          supports_gpu_offload)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
@@ -60,6 +61,8 @@ class LoadStage(StrEnum):
     """Timing the models for Auto (no fraction: the caller announces it once the target is read)."""
     DRAFTER_CPU_COPY = "drafter for this CPU"
     """Making the drafter's copy for this CPU, once (no fraction)."""
+    CHECKING_KERNELS = "checking this CPU's kernels"
+    """Trying a model file with llama.cpp's AMX kernels in a child process, once per file and build (no fraction)."""
 
     @property
     def has_fraction(self) -> bool:
@@ -111,8 +114,8 @@ class Session:
         everything loaded so far is freed."""
         self._draft_load = draft_load or target_load
         self._progress = progress
-        self.target = LlamaModel(target, target_load, progress=(lambda v: progress(LoadStage.TARGET, v)) if progress else None,
-                                 cancel=cancel)
+        self._kernel_note: list[str] = []  # where llama.cpp's AMX kernels crash in this build
+        self.target = self._open(Path(target), target_load, LoadStage.TARGET, cancel)
         self.costs = CostModel()
         self.stop_event = StopRequest()
         """The running reply's stop request (a fresh one per reply: a late stop of the last reply cannot
@@ -150,7 +153,20 @@ class Session:
     @property
     def notes(self) -> list[str]:
         """What the user should know about this pair (fallbacks, missing template)."""
-        return self._template_note + self._drafter_note + self._cpu_note
+        return self._template_note + self._drafter_note + self._cpu_note + self._kernel_note
+
+    def _open(self, path: Path, load: LoadSettings, stage: LoadStage, cancel: threading.Event | None) -> LlamaModel:
+        """Load a model, saying so first where it is tried with llama.cpp's AMX kernels (once per file and
+        build), and noting where they crash, since replies then run slower than this CPU can."""
+        progress = self._progress
+        tried = repacking_decided(load.extra_buffers, path) is None
+        if progress and tried and amx_check.kept(path) is None:
+            progress(LoadStage.CHECKING_KERNELS, 0.0)
+        model = LlamaModel(path, load, progress=(lambda v: progress(stage, v)) if progress else None, cancel=cancel)
+        found = amx_check.kept(path) if tried else None
+        if found is not None and found.verdict is amx_check.AmxVerdict.CRASHES and not self._kernel_note:
+            self._kernel_note = [amx_check.crash_note(path)]
+        return model
 
     def set_drafter(self, draft: DraftSpec | str | None, cancel: threading.Event | None = None) -> None:
         """Switch drafters without reloading the target. A model drafter is loaded with the
@@ -163,10 +179,8 @@ class Session:
             path = Path(spec.model)
             model = self._loaded_drafters.get(path)
             if model is None:
-                progress = self._progress
                 load = replace(self._draft_load, n_ctx=self.target.n_ctx)  # same context length, as llama.cpp's example
-                model = LlamaModel(self._drafter_file(path, load, cancel), load,
-                                   progress=(lambda v: progress(LoadStage.DRAFTER, v)) if progress else None, cancel=cancel)
+                model = self._open(self._drafter_file(path, load, cancel), load, LoadStage.DRAFTER, cancel)
                 fresh = True
         previous = self.draft_model
         changed = model is not previous
@@ -335,7 +349,7 @@ class Session:
             s = model.settings
             keys[id(model)] = calibration.key_for(model.path, {
                 "n_threads": model.n_threads, "n_threads_batch": s.n_threads_batch, "n_gpu_layers": s.n_gpu_layers,
-                "n_batch": model.n_batch, "extra_buffers": s.extra_buffers,
+                "n_batch": model.n_batch, "extra_buffers": model.extra_buffers,
             })
         return keys[id(model)]
 

@@ -264,7 +264,6 @@ class NativeVariant:
 def _native_run(session: Session, tools, prompt: BenchPrompt, v: NativeVariant, max_tokens: int, repeat: int) -> RunResult:
     import tempfile
 
-    from engine.decoding.llama_backend import use_extra_buffers
     from engine.frontends import native
 
     text = session.render_text(prompt.messages)
@@ -273,7 +272,7 @@ def _native_run(session: Session, tools, prompt: BenchPrompt, v: NativeVariant, 
     try:
         r = native.speculative(tools, session.target.path, fh.name, n_predict=max_tokens,
                                threads=session.target.n_threads, drafter=v.drafter, spec_type=v.spec_type,
-                               draft_max=v.draft_max, repack=use_extra_buffers(None))
+                               draft_max=v.draft_max, repack=session.target.extra_buffers)
     finally:
         Path(fh.name).unlink(missing_ok=True)
     return RunResult(

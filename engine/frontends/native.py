@@ -391,7 +391,8 @@ def _describe_exit(code: int, repack: bool) -> str:
         except ValueError:
             sig = f"signal {-code}"
         amx = sig == "SIGSEGV" and repack and cpu_has_amx()
-        hint = " (weight repacking crashes on AMX CPUs: run with repacking off)" if amx else ""
+        hint = (" (llama.cpp's AMX kernels crash in a GCC 12 build: run with repacking off, or build the tools "
+                "again with scripts/build_llama_tools.sh, which adds -fno-dse)") if amx else ""
         return f"was killed by {sig}{hint}"
     if sys.platform == "win32" and code in (0xC0000005, -1073741819):
         return "crashed (access violation)"
