@@ -205,3 +205,19 @@ def test_the_crash_is_named_with_what_fixes_it():
     note = amx_check.crash_note(Path("/x/model.gguf"))
     assert "model.gguf" in note and "CMAKE_ARGS=-DCMAKE_CXX_FLAGS=-fno-dse" in note
     assert f"llama-cpp-python=={metadata.version('llama_cpp_python')}" in note
+
+
+def test_the_hardware_report_says_what_the_checks_of_this_build_found(monkeypatch, q8_tiny, tiny):
+    from engine.models.hardware import hardware_report
+
+    monkeypatch.setattr(llama_backend, "amx_compiled", lambda: True)
+    assert "not tried yet" in hardware_report().amx
+    _child(monkeypatch, SUCCEED)
+    amx_check.check(tiny["target"])
+    assert hardware_report().amx.startswith("llama.cpp's AMX kernels run in this build (checked on 1 model file(s))")
+    _child(monkeypatch, CRASH)
+    amx_check.check(q8_tiny)
+    line = hardware_report().amx
+    assert "crash in this build" in line and "(checked on tiny-q8.gguf)" in line and "-fno-dse" in line
+    monkeypatch.setattr(llama_backend, "amx_compiled", lambda: False)  # no AMX kernels: nothing to say
+    assert hardware_report().amx is None

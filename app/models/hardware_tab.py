@@ -100,6 +100,7 @@ class HardwareTab(QWidget):
             f"llama.cpp backends: <b>{html.escape(', '.join(r.backends))}</b><br>"
             f"GPU offload: {offload}<br>CPU threads: {r.cpu_threads}<br>"
             f"RAM: {human_bytes(r.ram_available)} free of {human_bytes(r.ram_total)}<br>Devices:<ul>{devices}</ul>"
+            + (f"{html.escape(r.amx)}" if r.amx else "")
         )
         if not r.gpu_offload:
             self.gpu_layers.setEnabled(False)

@@ -17,6 +17,7 @@ repacking off, as it did everywhere on these CPUs before.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from enum import Enum
+from importlib import metadata
 from pathlib import Path
 
 from engine import paths
@@ -71,9 +73,28 @@ def _file_identity(path: Path) -> str:
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def _key(path: Path) -> str:
-    from engine.decoding.llama_backend import build_identity
+def build_identity() -> str:
+    """What tells one build of llama.cpp from another on this machine: the version and the sizes and
+    times of its library files (a rebuild with other flags replaces them). Found without importing it."""
+    spec = importlib.util.find_spec("llama_cpp")
+    default = Path(spec.origin).resolve().parent / "lib" if spec and spec.origin else Path(".")
+    lib = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or default)
+    try:
+        version = metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    files = []
+    try:
+        for f in sorted(lib.iterdir()):
+            if "ggml" in f.name and f.is_file() and not f.is_symlink():
+                st = f.stat()
+                files.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    except OSError:
+        pass
+    return f"{version}|{lib.resolve()}|{','.join(files)}"
 
+
+def _key(path: Path) -> str:
     return f"{build_identity()}||{_file_identity(path)}"
 
 
@@ -123,7 +144,7 @@ def _keep(path: Path, check: Check) -> None:
 
 
 def _child_command(path: Path) -> list[str]:
-    return [sys.executable, "-m", "engine.decoding.amx_check", str(path)]
+    return [sys.executable, "-m", "engine.decoding.amx_child", str(path)]
 
 
 def run_check(path: Path, cancel: threading.Event | None = None) -> Check:
@@ -173,10 +194,23 @@ def check(path: Path, cancel: threading.Event | None = None) -> Check:
     return result
 
 
+def for_this_build() -> str:
+    """One line for a person on this build's AMX kernels, from the files checked so far."""
+    prefix = build_identity() + "||"
+    found = {}
+    for key, entry in _read().items():
+        if key.startswith(prefix) and isinstance(entry, dict) and entry.get("verdict") in ("runs", "crashes"):
+            found[key[len(prefix):].split("|")[0]] = entry["verdict"]
+    crashed = sorted(Path(f).name for f, v in found.items() if v == "crashes")
+    if crashed:
+        return crash_note(Path(crashed[0])).replace(f"(checked on {crashed[0]})", f"(checked on {', '.join(crashed)})")
+    if found:
+        return f"llama.cpp's AMX kernels run in this build (checked on {len(found)} model file(s)): weights are repacked for them"
+    return "llama.cpp's AMX kernels: not tried yet (each model file is tried once, in a child process, at its first load)"
+
+
 def crash_note(path: Path) -> str:
     """What a person reads where a file runs without AMX because the build's kernels crash."""
-    from importlib import metadata
-
     try:
         version = metadata.version("llama_cpp_python")
     except metadata.PackageNotFoundError:
@@ -184,19 +218,3 @@ def crash_note(path: Path) -> str:
     return (f"llama.cpp's AMX kernels crash in this build of llama-cpp-python (checked on {Path(path).name}), so "
             "weight repacking is off, which is slower on this CPU; a build that runs them: "
             + REBUILD.replace("VERSION", version))
-
-
-def _main(argv: list[str]) -> int:
-    """The child: load the file with repacking on and decode a batch, as verification does, then one token."""
-    from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
-
-    model = LlamaModel(argv[0], LoadSettings(n_ctx=256, extra_buffers=True, n_gpu_layers=0))
-    tokens = model.tokenize("def f(x):\n    return x * 2\n") or [0]
-    model.decode((tokens * 8)[:8], Logits.ALL)
-    model.decode(tokens[:1], Logits.LAST)
-    model.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

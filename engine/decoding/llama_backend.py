@@ -478,27 +478,6 @@ def use_extra_buffers(asked: bool | None, path: Path | None = None, info: GGUFIn
     return amx_check.check(Path(path), cancel).verdict is amx_check.AmxVerdict.RUNS
 
 
-def build_identity() -> str:
-    """What tells one build of llama.cpp from another on this machine: the version and the sizes and
-    times of its library files (a rebuild with other flags replaces them)."""
-    from importlib import metadata
-
-    lib = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(lc.__file__).resolve().parent / "lib")
-    try:
-        version = metadata.version("llama_cpp_python")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    files = []
-    try:
-        for f in sorted(lib.iterdir()):
-            if "ggml" in f.name and f.is_file() and not f.is_symlink():
-                st = f.stat()
-                files.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    except OSError:
-        pass
-    return f"{version}|{lib.resolve()}|{','.join(files)}"
-
-
 def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[list[dict[str, str]]], str]:
     """Compile a GGUF chat template once, in llama-cpp-python's sandboxed Jinja formatter."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter

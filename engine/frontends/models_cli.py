@@ -318,6 +318,8 @@ def cmd_hardware(args) -> int:
         mem = f", {_size(d.memory_free)} free of {_size(d.memory_total)}" if d.memory_total else ""
         print(f"  device {d.name}: {d.description} ({d.kind}{mem})")
     print(f"CPU threads: {rep.cpu_threads}\nRAM: {_size(rep.ram_available)} available of {_size(rep.ram_total)}")
+    if rep.amx:
+        print(rep.amx)
     if not rep.gpu_offload:
         print("for a GPU build of llama-cpp-python see the README (CUDA / Metal)")
     if est is not None:

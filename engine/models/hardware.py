@@ -57,6 +57,8 @@ class HardwareReport:
     """Installed RAM in bytes."""
     ram_available: int
     """RAM available without swapping, in bytes."""
+    amx: str | None = None
+    """Where this build of llama.cpp has AMX kernels: whether they run here (engine.decoding.amx_check)."""
 
     @property
     def gpus(self) -> tuple[DeviceInfo, ...]:
@@ -80,6 +82,7 @@ class HardwareReport:
             "cpu_threads": self.cpu_threads,
             "ram_total": self.ram_total,
             "ram_available": self.ram_available,
+            "amx": self.amx,
         }
 
 
@@ -174,7 +177,7 @@ def ram() -> tuple[int, int]:
 
 
 def hardware_report() -> HardwareReport:
-    from engine.decoding import llama_backend
+    from engine.decoding import amx_check, llama_backend
 
     devs = tuple(DeviceInfo(d.name, d.description, d.kind, d.memory_free, d.memory_total)
                  for d in llama_backend.devices())
@@ -187,6 +190,7 @@ def hardware_report() -> HardwareReport:
         cpu_threads=cpu_threads(),
         ram_total=total,
         ram_available=avail,
+        amx=amx_check.for_this_build() if llama_backend.amx_compiled() else None,
     )
 
 
