@@ -118,9 +118,13 @@ import os  # noqa: E402
 
 def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     calibration.save("k1", {1: 0.1, 4: 0.3}, 0.05, 1.2)
-    assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2, "quiet": True}
+    one_depth = {"deep": {}, "depths": (0, 0)}
+    assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2, "quiet": True,
+                                      **one_depth}
     calibration.save("k2", {2: 0.2}, quiet=False)
-    assert calibration.load("k2") == {"blocks": {2: 0.2}, "step": None, "interference": 1.0, "quiet": False}
+    assert calibration.load("k2") == {"blocks": {2: 0.2}, "step": None, "interference": 1.0, "quiet": False, **one_depth}
+    calibration.save("k3", {1: 0.1}, deep={1: 0.12, 16: 0.4}, depths=(128, 1024))
+    assert calibration.load("k3")["deep"] == {1: 0.12, 16: 0.4} and calibration.load("k3")["depths"] == (128, 1024)
     assert calibration.load("missing") is None
     data = json.loads(calibration.store_path().read_text())
     data["bad-blocks"] = {"blocks": [1, 2], "step": 0.1}
@@ -131,7 +135,16 @@ def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     data["not-a-dict"] = 5
     data["no-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1}  # kept before passes were judged
     data["odd-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1, "quiet": "yes"}
+    # A deep shape that cannot be read leaves the entry at one depth (its shallow shape is still good).
+    data["deep-depths-reversed"] = {"blocks": {"1": 0.1}, "deep": {"1": 0.2}, "depths": [1024, 128]}
+    data["deep-negative"] = {"blocks": {"1": 0.1}, "deep": {"1": -0.2}, "depths": [128, 1024]}
+    data["deep-no-depths"] = {"blocks": {"1": 0.1}, "deep": {"1": 0.2}}
+    data["deep-not-a-dict"] = {"blocks": {"1": 0.1}, "deep": [0.2], "depths": [128, 1024]}
+    data["deep-three-depths"] = {"blocks": {"1": 0.1}, "deep": {"1": 0.2}, "depths": [1, 2, 3]}
     calibration.store_path().write_text(json.dumps(data))
+    for key in ("deep-depths-reversed", "deep-negative", "deep-no-depths", "deep-not-a-dict", "deep-three-depths"):
+        assert calibration.load(key)["blocks"] == {1: 0.1} and calibration.load(key)["deep"] == {}, key
+        assert calibration.load(key)["depths"] == (0, 0), key
     for key in ("bad-blocks", "negative", "bad-step", "zero-step", "not-a-dict"):
         assert calibration.load(key) is None, key
     assert calibration.load("odd-interference")["interference"] == 1.0
@@ -205,3 +218,34 @@ def test_a_calibration_kept_from_a_busy_machine_is_measured_again(tiny):
         assert third.target.passes == 0 and third.kept_calibration == [tiny["target"].name]
     finally:
         third.close()
+
+
+def test_the_real_target_is_measured_at_two_depths_and_both_are_kept(real_pair):
+    """A model large enough to judge gets its shape again 1,024 tokens in (CostModel.shape reads a reply's
+    depth off the line through the two); the tiny models keep one depth. Nothing here is a timing: what was
+    measured, where, and that the next load reads it back unmeasured."""
+    from engine.decoding.session import DEEP_DEPTH, DEEP_SIZES, PROBE_DEPTH
+
+    target, _ = real_pair
+    load = LoadSettings(n_ctx=2048)
+    first = Session(target, None, target_load=load)
+    try:
+        assert first.costs.depths == (PROBE_DEPTH, DEEP_DEPTH)
+        assert sorted(first.costs.deep.by_size) == list(DEEP_SIZES)
+        measured = {n: first.costs.deep(n) for n in DEEP_SIZES}
+    finally:
+        first.close()
+    again = Session(target, None, target_load=load)
+    try:
+        assert target.name in again.kept_calibration and again.costs.depths == (PROBE_DEPTH, DEEP_DEPTH)
+        assert {n: again.costs.deep(n) for n in DEEP_SIZES} == pytest.approx(measured)
+    finally:
+        again.close()
+
+
+def test_a_tiny_model_keeps_one_depth(tiny):
+    s = Session(tiny["target"], None, target_load=LoadSettings(n_ctx=2048, n_threads=1))
+    try:
+        assert s.costs.depths == (0, 0) and not s.costs.deep.by_size
+    finally:
+        s.close()

@@ -86,7 +86,8 @@ def key_for(path: Path, load: dict[str, Any]) -> str:
     with path.open("rb") as fh:
         h.update(fh.read(_HEADER_BYTES))
     ident = {
-        "v": 3,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth; v3: undisturbed passes)
+        "v": 4,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth; v3: undisturbed
+        # passes; v4: the target's shape at a second depth too)
         "file": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header": h.hexdigest(),
         "cpu": _cpu_name(), "cores": os.cpu_count(), "machine": platform.machine(), "llama_cpp": _version(), **load,
     }
@@ -107,7 +108,8 @@ def _read() -> dict[str, Any]:
 
 def load(key: str) -> dict[str, Any] | None:
     """The kept entry for `key`, if any and well formed: {'blocks': {n: seconds}, 'step': seconds | None,
-    'interference': factor, 'quiet': whether it was measured undisturbed}."""
+    'interference': factor, 'quiet': whether it was measured undisturbed, 'deep': {n: seconds} measured at
+    depths[1] where 'blocks' was at depths[0] (empty: one depth)}."""
     entry = _read().get(key)
     if not isinstance(entry, dict):
         return None
@@ -122,17 +124,34 @@ def load(key: str) -> dict[str, Any] | None:
     interference = entry.get("interference", 1.0)
     if not isinstance(interference, (int, float)) or not 1.0 <= interference <= 3.0:
         interference = 1.0
-    return {"blocks": good, "step": step, "interference": float(interference), "quiet": entry.get("quiet") is True}
+    deep, depths = _deep(entry)
+    return {"blocks": good, "step": step, "interference": float(interference), "quiet": entry.get("quiet") is True,
+            "deep": deep, "depths": depths}
+
+
+def _deep(entry: dict[str, Any]) -> tuple[dict[int, float], tuple[int, int]]:
+    """The deep shape of an entry and the two depths, or nothing where any of it is malformed (one depth then)."""
+    try:
+        d0, d1 = (int(d) for d in entry.get("depths", ()))
+        deep = {int(n): float(v) for n, v in entry.get("deep", {}).items()}
+    except (AttributeError, TypeError, ValueError):
+        return {}, (0, 0)
+    if not deep or not 0 <= d0 < d1 or any(n <= 0 or not v > 0 for n, v in deep.items()):
+        return {}, (0, 0)
+    return deep, (d0, d1)
 
 
 def save(key: str, blocks: dict[int, float], step: float | None = None, interference: float = 1.0,
-         quiet: bool = True) -> None:
+         quiet: bool = True, deep: dict[int, float] | None = None, depths: tuple[int, int] = (0, 0)) -> None:
     """Keep `blocks` (seconds per block size), a single step's cost and, for a drafter, how much
     slower the target's next step is after one of its steps, for `key`; `quiet`: measured on a machine
     that was not busy with other work (a busy one is measured again at the next load). Never raises."""
     data = _read()
     data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
                  "interference": interference, "quiet": quiet, "saved": time.time()}
+    if deep:
+        data[key]["deep"] = {str(n): s for n, s in sorted(deep.items())}
+        data[key]["depths"] = list(depths)
     if len(data) > MAX_ENTRIES:
         newest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
         for k in newest[: len(data) - MAX_ENTRIES]:

@@ -185,6 +185,8 @@ class RoundOutcome:
     aside: tuple[tuple[DraftKey, int, int], ...] = ()
     """Free drafts (lookup, history) proposed this round but pruned away unverified, judged against the
     tokens the round emitted anyway: (key, tokens judged, of those kept from the first)."""
+    depth: int | None = None
+    """Tokens in the target's cache when it verified (None: not known, priced at the calibration's depth)."""
 
 
 class BlockCost:
@@ -238,15 +240,26 @@ class CostModel:
     The shape was measured at another depth in the context (attention costs grow with it, the more
     the larger the block) and maybe under another load: a plain round next to a drafting one
     measures V(1)/V(n) within a second, whatever the load, and the median of the last PAIRS such
-    pairs corrects the shape's V(1)/V(n) for every n > 1 where the verdict prices plain decoding."""
+    pairs corrects the shape's V(1)/V(n) for every n > 1 where the verdict prices plain decoding.
+
+    Where the shape was also measured deep in the context (`deep`, at `depths[1]` tokens), V(n) at a
+    round's depth is read off the line through the two: attention over the context grows with it, and
+    more so for long blocks where the weights' part is cheap (with AMX on a 2-core Xeon: V(1) +15% and
+    V(16) +58% from a depth of 128 to one of 3,000, so the shallow shape alone priced a 16-token block
+    there 35% too cheap and a reply's estimated speedup 1.33x too high)."""
 
     def __init__(self) -> None:
         self.verify = BlockCost()  # the shape: the target scoring a block of n tokens, as calibrated
+        self.deep = BlockCost()  # the same, measured deeper in the context (empty: one depth)
+        self.depths = (0, 0)
+        """The depths in the context `verify` and `deep` were measured at (deep <= shallow: no deep shape)."""
+        self.depth: int | None = None
+        """Where in the context the next round verifies (None: unknown, priced at the calibration's depth)."""
         self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         self.pairs: dict[int, deque[float]] = {}
         """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
         lookups priced a later reply's 5-token model rounds 10% too cheap."""
-        self._last: tuple[int, float, bool] | None = None  # the last round's block size, seconds, undisturbed
+        self._last: tuple[int, float, bool, int | None] | None = None  # the last round's block size, seconds, undisturbed, depth
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
         self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
@@ -266,6 +279,23 @@ class CostModel:
         """A calibration point of the shape, at the current speed."""
         self.verify.add(n, seconds / (self.speed.value or 1.0))
 
+    def add_deep(self, n: int, seconds: float) -> None:
+        """A calibration point of the shape deep in the context (at `depths[1]`), at the current speed."""
+        self.deep.add(n, seconds / (self.speed.value or 1.0))
+
+    def shape(self, n: int, depth: int | None = None) -> float | None:
+        """The calibrated V(n) at `depth` tokens into the context: on the line through the two measured
+        depths (beyond them too: attention's cost grows linearly with the depth), never below half the
+        shallow one; None: at the calibration's depth."""
+        v0 = self.verify(n)
+        d0, d1 = self.depths
+        if v0 is None or depth is None or d1 <= d0:
+            return v0
+        v1 = self.deep(n)
+        if v1 is None:
+            return v0
+        return max(0.5 * v0, v0 + (v1 - v0) * (depth - d0) / (d1 - d0))
+
     def correction(self, n: int) -> float:
         """Measured V(1)/V(n) over the shape's for blocks of about n tokens, from adjacent plain and drafting
         rounds (1: none yet)."""
@@ -279,64 +309,69 @@ class CostModel:
         busy loop 1.4-2.1x). A pair that reads them cheaper is left out: drafts measured against a
         plain round next to them read cheaper than the rounds Auto chooses between, and long lookup
         drafts followed."""
-        now = self.shape_cost(n)
+        now = self.shape_cost(n, self.depth)
         if now is None or n == 1:
             return now
         return now / min(1.0, self.correction(n))
 
-    def shape_cost(self, n: int) -> float | None:
-        """The calibrated shape at today's speed, what a kept calibration stores: a pair correction is
-        about one reply's depth and load, and kept it could only ever make blocks dearer."""
-        shape = self.verify(n)
+    def shape_cost(self, n: int, depth: int | None = None) -> float | None:
+        """The calibrated shape at today's speed (at `depth`; None: the calibration's depth, what a kept
+        calibration stores): a pair correction is about one reply's depth and load, and kept it could
+        only ever make blocks dearer."""
+        shape = self.shape(n, depth)
         return None if shape is None else shape * (self.speed.value or 1.0)
 
-    def speed_ratio(self, n: int, seconds: float) -> float | None:
-        """How much slower than the shape a pass over n tokens that took `seconds` ran (None: no shape)."""
-        shape = self.verify(n)
+    def speed_ratio(self, n: int, seconds: float, depth: int | None = None) -> float | None:
+        """How much slower than the shape a pass over n tokens at `depth` that took `seconds` ran (None: no shape)."""
+        shape = self.shape(n, depth)
         return seconds / shape if shape else None
 
-    def plain_price(self, n: int, seconds: float) -> float | None:
+    def plain_price(self, n: int, seconds: float, depth: int | None = None) -> float | None:
         """What one plain decoding token (V(1) and a plain round's overhead) cost at the speed of a
-        round that verified n tokens in `seconds`: the same minute's price, not the load-time one,
-        with the shape's V(1)/V(n) as the adjacent pairs measured it at this depth."""
+        round that verified n tokens in `seconds` at `depth`: the same minute's price, not the load-time
+        one, with the shape's V(1)/V(n) at that depth as the adjacent pairs measured it."""
         if n == 1:
             return seconds + self.round_overhead(0)
-        ratio, shape1 = self.speed_ratio(n, seconds), self.verify(1)
+        ratio, shape1 = self.speed_ratio(n, seconds, depth), self.shape(1, depth)
         if ratio is None or not shape1:
             return None
         return shape1 * ratio * self.correction(n) + self.round_overhead(0)
 
-    def new_reply(self) -> None:
-        """A reply starts at another depth in the context, maybe under another load: it learns its own pairs.
-        (Kept across replies, pairs learned beside a busy process made a quiet reply's verdict 2.8x for 0.94x.)"""
+    def new_reply(self, depth: int | None = None) -> None:
+        """A reply starts at another depth in the context (`depth`: its prompt's length), maybe under another
+        load: it learns its own pairs. (Kept across replies, pairs learned beside a busy process made a quiet
+        reply's verdict 2.8x for 0.94x.)"""
         self._last = None
         self.pairs.clear()
+        self.depth = depth
 
-    def _learn_pair(self, n: int, seconds: float, calm: bool) -> None:
-        last, self._last = self._last, (n, seconds, calm)
+    def _learn_pair(self, n: int, seconds: float, calm: bool, depth: int | None = None) -> None:
+        last, self._last = self._last, (n, seconds, calm, depth)
         if last is None or (last[0] == 1) == (n == 1) or not (calm and last[2]):
             return  # not a plain round beside a drafting one, or one of them ran beside other work
-        (_, t1, _), (nn, tn, _) = (last, self._last) if last[0] == 1 else (self._last, last)
-        s1, sn = self.verify(1), self.verify(nn)
+        (_, t1, _, d1), (nn, tn, _, dn) = (last, self._last) if last[0] == 1 else (self._last, last)
+        s1, sn = self.shape(1, d1), self.shape(nn, dn)
         if s1 and sn and tn > 0 and t1 > 0:
             self.pairs.setdefault(pair_class(nn), deque(maxlen=PAIRS)).append((t1 / tn) / (s1 / sn))
 
-    def observe_verify(self, n: int, seconds: float, share: float = 1.0) -> None:
-        """A real round: the speed follows it, and a plain round next to a drafting one corrects the
-        shape. The shape's points themselves change only while it has fewer than two (nothing
+    def observe_verify(self, n: int, seconds: float, share: float = 1.0, depth: int | None = None) -> None:
+        """A real round at `depth`: the speed follows it, and a plain round next to a drafting one corrects
+        the shape. The shape's points themselves change only while it has fewer than two (nothing
         calibrated: a session told not to measure learns them from its first rounds)."""
         if self.verify(n) is None or (n not in self.verify.by_size and len(self.verify.by_size) < 2):
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
-        self._learn_pair(n, seconds, not disturbed(share))
-        ratio = self.speed_ratio(n, seconds)
+        self._learn_pair(n, seconds, not disturbed(share), depth)
+        ratio = self.speed_ratio(n, seconds, depth)
         self.speed.add(ratio)
         if n == 1:
             self.plain_speed.add(ratio)
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
-        self.observe_verify(o.drafted + 1, o.verify_s, o.share)
+        self.observe_verify(o.drafted + 1, o.verify_s, o.share, o.depth)
+        if o.depth is not None:
+            self.depth = o.depth + o.accepted + 1  # where the next round verifies
         self.overhead.add(o.overhead_s)
         if o.catchup_tokens:  # kept at the calibration's speed, as the target's shape is
             self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0))

@@ -35,6 +35,9 @@ from engine.decoding.speculative import generate
 #: they are measured, not interpolated), and the context depth they are timed at (a short chat).
 CALIBRATED_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 PROBE_DEPTH = 128
+#: The shape again, this deep in the context (CostModel.shape): a long attached file puts replies
+#: thousands of tokens in. Fewer sizes: the line between the two depths is what is read off.
+DEEP_DEPTH, DEEP_SIZES = 1024, (1, 2, 4, 8, 16)
 #: Rounds of timed passes at most, in units of the repeats asked for: passes disturbed by a passing
 #: load are timed again, at most this much longer; under a steady load (a round with no undisturbed
 #: pass) measuring stops at once and says its figures are not the machine's (not kept as quiet).
@@ -265,12 +268,24 @@ class Session:
         if kept is not None and kept["quiet"]:
             for n, dt in kept["blocks"].items():
                 self.costs.add_verify(n, dt)
+            if kept["deep"]:
+                self.costs.depths = kept["depths"]
+                for n, dt in kept["deep"].items():
+                    self.costs.add_deep(n, dt)
             self.kept_calibration.append(self.target.path.name)
             self._quiet[key] = True
             return
         points, self._quiet[key] = self._time_blocks(self.target, sizes, repeats, cancel)
         for n, dt in points:
             self.costs.add_verify(n, dt)
+        shallow, deep = self._probe_depth(self.target, sizes), self._probe_depth(self.target, DEEP_SIZES, DEEP_DEPTH)
+        # Models too small to judge (calibration.judged) pass in a millisecond at any depth: one shape.
+        if deep >= 4 * shallow and self.target.can_trim and calibration.judged(self.target.info.size):
+            deep_points, deep_quiet = self._time_blocks(self.target, DEEP_SIZES, repeats, cancel, DEEP_DEPTH)
+            self._quiet[key] = self._quiet[key] and deep_quiet
+            self.costs.depths = (shallow, deep)
+            for n, dt in deep_points:
+                self.costs.add_deep(n, dt)
         self.keep_calibration()
 
     def calibrate_drafter(self, repeats: int = 3) -> None:
@@ -360,9 +375,10 @@ class Session:
             return
         c = self.costs
         blocks = {n: v for n in c.verify.by_size if (v := c.shape_cost(n))}
+        deep = {n: v * (c.speed.value or 1.0) for n in c.deep.by_size if (v := c.deep(n))}
         if blocks:
             key = self._key(self.target)
-            calibration.save(key, blocks, quiet=self._quiet.get(key, False))
+            calibration.save(key, blocks, quiet=self._quiet.get(key, False), deep=deep, depths=c.depths)
         if self.draft_model is not None and c.draft_per_token.value:
             # At today's speed, as the target's blocks are (the next launch starts at speed 1).
             drafted = {n: c.catchup_cost(n) for n in c.catchup.by_size if c.catchup(n)}
@@ -370,15 +386,20 @@ class Session:
                 key = self._key(self.draft_model)
                 calibration.save(key, drafted, c.draft_cost(1), c.interference, quiet=self._quiet.get(key, False))
 
+    @staticmethod
+    def _probe_depth(model: LlamaModel, sizes: Sequence[int], want: int = PROBE_DEPTH) -> int:
+        """How deep in the context blocks of `sizes` are timed: `want` tokens, where the context has room."""
+        return max(1, min(want, model.n_ctx - max(sizes) - 2))
+
     def _time_blocks(self, model: LlamaModel, sizes: Sequence[int], repeats: int,
-                     cancel: threading.Event | None = None) -> tuple[list[tuple[int, float]], bool]:
-        """The median of `repeats` undisturbed passes per block size (calibration.disturbed), at a
-        reply's depth in the context (PROBE_DEPTH tokens), sizes interleaved so a change of load
+                     cancel: threading.Event | None = None, depth: int = PROBE_DEPTH) -> tuple[list[tuple[int, float]], bool]:
+        """The median of `repeats` undisturbed passes per block size (calibration.disturbed), at `depth`
+        in the context (a reply's: PROBE_DEPTH tokens), sizes interleaved so a change of load
         touches them all alike; each size's first pass (its compute graph is allocated then) is not
         counted. Passes that ran beside other work are timed again, up to MAX_ROUNDS x `repeats`
         rounds in all, while a round still had an undisturbed pass; the flag says whether every size
         got its undisturbed passes."""
-        depth = max(1, min(PROBE_DEPTH, model.n_ctx - max(sizes) - 2))
+        depth = self._probe_depth(model, sizes, depth)
         probe = self._repeated_probe(depth)
         model.watch(None)  # measuring is never cut short by a reply's stop request
 

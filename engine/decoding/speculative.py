@@ -227,6 +227,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             rows, verify_s = verify(target, ctx, draft)
         except Interrupted:
             return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
+        depth = len(ctx) - 1  # where the block was verified, before the context grows
         share = judged_share(target.last_share, target.info.size)  # the verify pass's share of the CPU
         verdict = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
@@ -240,7 +241,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
-            aside=judged_aside(draft.aside, new),
+            aside=judged_aside(draft.aside, new), depth=depth,
         )
         policy.observe(outcome)
         if control is not None:
@@ -293,7 +294,7 @@ def generate(
     params.validate()
     policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
-    costs.new_reply()
+    costs.new_reply(depth=len(prompt))
     rng = np.random.default_rng(params.seed)
     stats = StatsTracker(policy.label, target, drafter, policy.rounds_seen)
     if len(prompt) >= target.n_ctx:

@@ -39,8 +39,8 @@ class PlainEstimate:
         self.ratios: list[float] = []
         self._seconds: list[float] = []  # each priced round's verify time, beside its ratio
         self._costs: CostModel | None = None
-        # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference)
-        self._by_size: dict[tuple[int, bool], float] = {}
+        # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference, depth)
+        self._by_size: dict[tuple[int, bool, int | None], float] = {}
         self._after_model = False
 
     def add_round(self, costs: CostModel, o: RoundOutcome, kept: int, ended: bool = False) -> None:
@@ -50,16 +50,17 @@ class PlainEstimate:
         n = o.drafted + 1
         model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
         after_model, self._after_model = model or (n == 1 and self._after_model), model
-        if costs.plain_price(n, o.verify_s) is None:
+        if costs.plain_price(n, o.verify_s, o.depth) is None:
             return
         self._costs = costs
         self.rounds += 1
-        ratio = costs.speed_ratio(n, o.verify_s)
+        ratio = costs.speed_ratio(n, o.verify_s, o.depth)
         if ratio is not None:
             self.ratios.append(ratio)
             self._seconds.append(o.verify_s)
         priced = kept + (1 if ended else 0)
-        self._by_size[n, after_model] = self._by_size.get((n, after_model), 0.0) + priced * o.verify_s
+        size = (n, after_model, o.depth)
+        self._by_size[size] = self._by_size.get(size, 0.0) + priced * o.verify_s
         self.tokens += kept
         self.passes += priced
 
@@ -69,8 +70,8 @@ class PlainEstimate:
         if c is None:
             return 0.0
         total = self.passes * c.round_overhead(0)
-        for (n, after_model), s in self._by_size.items():
-            v1 = c.plain_price(n, s) - c.round_overhead(0)  # linear in the seconds
+        for (n, after_model, depth), s in self._by_size.items():
+            v1 = c.plain_price(n, s, depth) - c.round_overhead(0)  # linear in the seconds
             total += v1 / c.interference if after_model else v1
         return total
 

@@ -661,4 +661,6 @@ def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt
         "prompts": str(prompts_path), "n_prompts": len(prompts), "max_tokens": max_tokens, "repeats": repeats,
         "date": time.strftime("%Y-%m-%d %H:%M"), "n_threads": session.target.n_threads,
         "calibrated_verify_ms": {n: round((session.costs.verify(n) or 0) * 1000, 1) for n in (1, 2, 4, 8, 16)},
+        "calibrated_depths": list(session.costs.depths),
+        "calibrated_deep_verify_ms": {n: round((session.costs.deep(n) or 0) * 1000, 1) for n in (1, 2, 4, 8, 16)},
     }
