@@ -54,6 +54,10 @@ case "$BACKEND" in
     metal) flags+=(-DGGML_METAL=ON) ;;
     cpu) flags+=(-DGGML_CUDA=OFF) ;;
 esac
+# On an AMX CPU, GCC 12 miscompiles ggml's AMX tile setup (engine/decoding/amx_check.py): -fno-dse.
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && "${CXX:-c++}" --version 2>/dev/null | grep -q "Free Software Foundation"; then
+    flags+=(-DCMAKE_CXX_FLAGS=-fno-dse)
+fi
 BUILD="${REUSE:-$WORK/build-$BACKEND}"
 if [ -z "$REUSE" ]; then
     stamp "configuring llama.cpp ($BACKEND): ${flags[*]}"

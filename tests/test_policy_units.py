@@ -416,13 +416,17 @@ def test_a_first_look_dearer_than_a_plain_round_waits_for_its_budget():
     assert probe.due(0.5, first_look=0.1) and not probe.due(0.5 + 1e-6, first_look=0.1)
     # Through request(), costs like this CPU's (drafting does not pay at the prior, a perfect drafter
     # would): a plain round costs 0.1 s, and of reading a 600-token backlog 2% of a plain round per
-    # token (1.198 s) is allowed. At 1.2 s the look costs 0.002 s net, so it is due at once; at 2.4 s
-    # the charged 1.2 s outweighs a plain round and the drafter waits for its budget; at 1.338 s the
-    # look's 0.14 s is dearer than a plain round, though cheaper than a round that drafts one token.
-    for catchup, first in ((1.2, 1), (2.4, 0), (1.338, 0)):
+    # token is allowed, for at most the tokens the reply may still emit (REPLY_HORIZON = 256 where that is
+    # not said): 0.512 s. At 0.514 s the look costs 0.002 s net, so it is due at once; at 1.2 s (due at
+    # once before the allowance was capped: 1.198 s for 599 tokens) the charged 0.688 s outweighs a
+    # plain round and the drafter waits for its budget; at 0.652 s the look's 0.14 s is dearer than a
+    # plain round, though cheaper than a round that drafts one token. With 50 tokens left in the reply
+    # the allowance is 0.1 s: a read of 0.102 s is due, one of 0.3 s is not.
+    for catchup, remaining, first in ((0.514, None, 1), (1.2, None, 0), (0.652, None, 0), (0.102, 50, 1),
+                                      (0.3, 50, 0), (0.514, 1000, 1), (1.2, 1000, 0)):
         c = priced({1: 0.1, 2: 0.15, 3: 0.2}, draft=0.03)
         c.catchup.add(599, catchup)
-        assert AutoK(c, k_max=2).request(2, behind=600).model_k == first, catchup
+        assert AutoK(c, k_max=2).request(2, behind=600, remaining=remaining).model_k == first, (catchup, remaining)
 
 
 def test_a_probe_goes_through_request_and_only_a_full_accept_after_it_looks_again():
