@@ -709,3 +709,19 @@ def test_auto_prices_a_block_as_dear_as_the_pairs_measure_it_never_cheaper_than_
     cheap.observe_verify(1, 0.1)
     cheap.observe_verify(5, 0.3)
     assert cheap.correction(5) > 1.0 and cheap.verify_cost(5) == pytest.approx(cheap.shape_cost(5))
+
+
+def test_what_is_kept_for_the_next_launch_is_at_the_speed_of_undisturbed_rounds():
+    """A session that ends beside a busy process must not hand the next launch its busy prices: the kept
+    shape follows undisturbed rounds only (a share of the CPU of at least calibration.QUIET_SHARE)."""
+    c = CostModel()
+    for n, v in ((1, 0.1), (4, 0.25)):
+        c.add_verify(n, v)
+    model = DraftKey(DraftKind.MODEL)
+    for _ in range(20):  # a busy tail: 10x slower, the threads got half the CPU they could have had
+        c.record(RoundOutcome(k=3, drafted=3, accepted=3, draft_s=0.0, verify_s=2.5, key=model, share=0.5))
+    assert c.speed.value == pytest.approx(10.0, rel=0.01) and c.verify_cost(1) == pytest.approx(1.0, rel=0.01)
+    assert c.kept_cost(1) == pytest.approx(0.1) and c.kept_cost(4) == pytest.approx(0.25)
+    for _ in range(20):  # quiet rounds at twice the shape: that is what is kept
+        c.record(RoundOutcome(k=3, drafted=3, accepted=3, draft_s=0.0, verify_s=0.5, key=model, share=0.97))
+    assert c.kept_cost(1) == pytest.approx(0.2, rel=0.01) and c.kept_cost(4) == pytest.approx(0.5, rel=0.01)

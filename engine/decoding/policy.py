@@ -256,6 +256,10 @@ class CostModel:
         self.depth: int | None = None
         """Where in the context the next round verifies (None: unknown, priced at the calibration's depth)."""
         self.speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
+        self.quiet_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
+        """The speed factor as undisturbed rounds alone measure it: what is kept for the next launch. Kept at
+        `speed`, a session that ended beside a busy process (llama.cpp's two threads on a 2-core machine with
+        one core taken: 16x slower) started the next launch with a shape 10x too dear."""
         self.pairs: dict[int, deque[float]] = {}
         """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
         lookups priced a later reply's 5-token model rounds 10% too cheap."""
@@ -314,10 +318,14 @@ class CostModel:
             return now
         return now / min(1.0, self.correction(n))
 
+    def kept_cost(self, n: int, deep: bool = False) -> float | None:
+        """The shape (or the deep one) at the speed undisturbed rounds measured: what a kept calibration stores."""
+        shape = (self.deep if deep else self.verify)(n)
+        return None if shape is None else shape * (self.quiet_speed.value or 1.0)
+
     def shape_cost(self, n: int, depth: int | None = None) -> float | None:
-        """The calibrated shape at today's speed (at `depth`; None: the calibration's depth, what a kept
-        calibration stores): a pair correction is about one reply's depth and load, and kept it could
-        only ever make blocks dearer."""
+        """The calibrated shape at today's speed (at `depth`; None: the calibration's depth), without the
+        pair correction (about one reply's depth and load)."""
         shape = self.shape(n, depth)
         return None if shape is None else shape * (self.speed.value or 1.0)
 
@@ -364,6 +372,8 @@ class CostModel:
         self._learn_pair(n, seconds, not disturbed(share), depth)
         ratio = self.speed_ratio(n, seconds, depth)
         self.speed.add(ratio)
+        if not disturbed(share):
+            self.quiet_speed.add(ratio)
         if n == 1:
             self.plain_speed.add(ratio)
 

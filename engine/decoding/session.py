@@ -374,8 +374,8 @@ class Session:
         if not self._calibrate:
             return
         c = self.costs
-        blocks = {n: v for n in c.verify.by_size if (v := c.shape_cost(n))}
-        deep = {n: v * (c.speed.value or 1.0) for n in c.deep.by_size if (v := c.deep(n))}
+        blocks = {n: v for n in c.verify.by_size if (v := c.kept_cost(n))}
+        deep = {n: v for n in c.deep.by_size if (v := c.kept_cost(n, deep=True))}
         if blocks:
             key = self._key(self.target)
             calibration.save(key, blocks, quiet=self._quiet.get(key, False), deep=deep, depths=c.depths)
