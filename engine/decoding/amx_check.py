@@ -1,9 +1,9 @@
 """Whether llama.cpp's AMX kernels run a model file here: tried once in a child process, then kept.
 
 On Intel CPUs with AMX (Sapphire Rapids and later Xeons) ggml repacks a model's weights for its tile
-kernels, and the target then verifies a block of 2-16 tokens for little more than the price of two
-(measured on a 2-core Xeon with the default pair: V(16) 2.5 single steps against 3.2 without, one
-token 12% faster; the drafter's Q4_0 copy a step in 15 ms against 32). But a build of llama.cpp made
+kernels, and the target then verifies a block of 2-16 tokens for 1.5-2.5 single steps (measured
+on a 2-core Xeon with the default pair: V(16) 2.5 single steps against 3.2 without, one token 12%
+faster; the drafter's Q4_0 copy a step in 15 ms against 32). But a build of llama.cpp made
 by GCC 12 crashes there: GCC's amxtileintrin.h tells the compiler that `ldtilecfg` reads 8 bytes of
 its 64-byte config, dead-store elimination drops the stores that fill in the rows and columns, and
 the first tile load faults on stack garbage (SIGSEGV, ggml-org/llama.cpp#20824: "machine-dependent"

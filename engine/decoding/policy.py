@@ -263,7 +263,8 @@ class CostModel:
         self.pairs: dict[int, deque[float]] = {}
         """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
         lookups priced a later reply's 5-token model rounds 10% too cheap."""
-        self._last: tuple[int, float, bool, int | None] | None = None  # the last round's block size, seconds, undisturbed, depth
+        # The last round's block size, seconds, whether undisturbed, depth.
+        self._last: tuple[int, float, bool, int | None] | None = None
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
         self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
@@ -656,10 +657,11 @@ class AutoK(DraftPolicy):
 
     def _backlog_price(self, n: int, remaining: int | None = None) -> float:
         """The part of reading n unseen tokens that a probe is charged (see BACKLOG_ALLOWANCE): the
-        allowance is a standing price spread over the tokens to come, so it covers at most the tokens the
-        reply may still emit (`remaining`, at most REPLY_HORIZON). (Uncapped, a 3,000-token attached document read into the drafter
-        for a 1-token probe at a reply's start was charged next to nothing, where reads cost 2.7% of a
-        plain round a token: 5.8 s of a 12-s reply, 0.47x of plain decoding, on a Xeon with AMX.)"""
+        allowance is a standing price spread over the tokens to come, so it covers at most the tokens
+        the reply may still emit (`remaining`, at most REPLY_HORIZON). Uncapped, a 3,000-token attached
+        document read into the drafter for a 1-token probe at a reply's start was charged next to
+        nothing where reads cost 2.7% of a plain round a token: 5.8 s of a 12-s reply, 0.47x of plain
+        decoding (a Xeon with AMX)."""
         horizon = REPLY_HORIZON if remaining is None else min(max(0, remaining), REPLY_HORIZON)
         covered = min(n, horizon)
         allowance = BACKLOG_ALLOWANCE * covered * (self.round_cost(0, True) or 0.0)
