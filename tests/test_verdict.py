@@ -411,3 +411,30 @@ def test_a_deep_reply_of_long_blocks_without_plain_rounds_is_priced_at_its_depth
         assert estimate == pytest.approx(truth_speedup, rel=0.01)
     else:
         assert estimate / truth_speedup > 1.25
+
+
+def test_a_plain_round_beside_a_drafting_one_deep_in_the_context_is_compared_at_that_depth():
+    """The two rounds' V(1)/V(n) against the shape at their own depth: where the deep shape is right the
+    pair corrects nothing (against the shallow shape: 0.749, by hand from the figures above)."""
+    c = two_depth_costs()
+    lookup = DraftKey(DraftKind.LOOKUP)
+    c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=true_cost(1, 3000), depth=3000))
+    c.record(RoundOutcome(k=15, drafted=15, accepted=15, draft_s=0.0, verify_s=true_cost(16, 3001), key=lookup,
+                          depth=3001))
+    assert c.correction(16) == pytest.approx(1.0)
+    shallow = two_depth_costs(deep=False)
+    shallow.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=true_cost(1, 3000), depth=3000))
+    shallow.record(RoundOutcome(k=15, drafted=15, accepted=15, draft_s=0.0, verify_s=true_cost(16, 3001), key=lookup,
+                                depth=3001))
+    expected = (true_cost(1, 3000) / true_cost(16, 3001)) / (0.060 / 0.175)
+    assert shallow.correction(16) == pytest.approx(expected) and expected == pytest.approx(0.749, abs=0.001)
+
+
+def test_what_is_kept_of_the_deep_shape_and_a_shape_at_one_depth():
+    c = two_depth_costs()
+    assert c.kept_cost(16, deep=True) == pytest.approx(0.205) and c.kept_cost(16) == pytest.approx(0.175)
+    one = two_depth_costs(deep=False)
+    assert one.kept_cost(16, deep=True) is None and CostModel().kept_cost(1) is None
+    same = two_depth_costs()
+    same.depths = (128, 128)  # two tables at one depth: no line to read off, the shallow shape
+    assert same.shape(16, 3000) == pytest.approx(0.175)
