@@ -6,6 +6,7 @@ the file through llama-cpp-python's own high-level API (repacking on, its defaul
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -221,3 +222,40 @@ def test_the_hardware_report_says_what_the_checks_of_this_build_found(monkeypatc
     assert "crash in this build" in line and "(checked on tiny-q8.gguf)" in line and "-fno-dse" in line
     monkeypatch.setattr(llama_backend, "amx_compiled", lambda: False)  # no AMX kernels: nothing to say
     assert hardware_report().amx is None
+
+
+def test_what_is_kept_reads_back_whole_and_the_store_keeps_the_newest(monkeypatch, q8_tiny, tiny, tmp_path):
+    _child(monkeypatch, CRASH)
+    amx_check.check(q8_tiny)
+    assert amx_check.kept(q8_tiny) == amx_check.Check(AmxVerdict.CRASHES, "killed by SIGSEGV")
+    _child(monkeypatch, SUCCEED)
+    assert amx_check.check(tiny["target"]) == amx_check.Check(AmxVerdict.RUNS, "a batch decoded with repacking on")
+    monkeypatch.setattr(amx_check, "MAX_ENTRIES", 3)
+    files = []
+    for i in range(4):
+        f = tmp_path / f"m{i}.gguf"
+        f.write_bytes(q8_tiny.read_bytes())
+        files.append(f)
+        amx_check.check(f)
+    store = json.loads(amx_check.store_path().read_text(encoding="utf-8"))
+    assert len(store) == 3 and amx_check.kept(files[0]) is None and all(amx_check.kept(f) for f in files[1:])
+    assert not [p.name for p in amx_check.store_path().parent.iterdir() if p.name.startswith(".amx-check-")]  # no temp left
+
+
+def test_the_installed_app_does_not_check(monkeypatch, q8_tiny):
+    started = _child(monkeypatch, SUCCEED)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)  # as PyInstaller's bundle sets it
+    found = amx_check.check(q8_tiny)
+    assert found == amx_check.Check(AmxVerdict.UNKNOWN, "not checked in the installed app") and started == []
+    assert amx_check.kept(q8_tiny) is None
+
+
+def test_a_build_is_known_by_the_library_files_of_the_installed_llama_cpp(monkeypatch):
+    import llama_cpp
+
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    lib = Path(llama_cpp.__file__).resolve().parent / "lib"
+    ident = amx_check.build_identity()
+    assert ident.startswith(f"{metadata.version('llama_cpp_python')}|{lib}|")
+    cpu = next(f for f in sorted(lib.iterdir()) if f.name.startswith("libggml-cpu") and not f.is_symlink())
+    assert f"{cpu.name}:{cpu.stat().st_size}:{cpu.stat().st_mtime_ns}" in ident.split("|")[2].split(",")
