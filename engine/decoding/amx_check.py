@@ -18,12 +18,10 @@ repacking off, as it did everywhere on these CPUs before.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from engine import paths
+from engine.decoding import kept_store
 from engine.errors import LoadCancelled
 
 FILE_NAME = "amx-check.json"
@@ -99,11 +98,7 @@ def _key(path: Path) -> str:
 
 
 def _read() -> dict:
-    try:
-        data = json.loads(store_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}  # none yet, or damaged: check again (a cache, nothing of the person's)
-    return data if isinstance(data, dict) else {}
+    return kept_store.read(store_path())
 
 
 def kept(path: Path) -> Check | None:
@@ -119,28 +114,8 @@ def kept(path: Path) -> Check | None:
 
 
 def _keep(path: Path, check: Check) -> None:
-    """Write the verdict atomically; a read-only cache costs a check at the next load. Never raises."""
-    data = _read()
-    data[_key(path)] = {"verdict": check.verdict.value, "detail": check.detail, "saved": time.time()}
-    if len(data) > MAX_ENTRIES:
-        oldest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
-        for k in oldest[: len(data) - MAX_ENTRIES]:
-            del data[k]
-    target = store_path()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".amx-check-", suffix=".tmp", dir=target.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, target)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    """Keep the verdict (atomically; a read-only cache costs a check at the next load). Never raises."""
+    kept_store.put(store_path(), _key(path), {"verdict": check.verdict.value, "detail": check.detail}, MAX_ENTRIES)
 
 
 def _child_command(path: Path) -> list[str]:
@@ -203,18 +178,18 @@ def for_this_build() -> str:
             found[key[len(prefix):].split("|")[0]] = entry["verdict"]
     crashed = sorted(Path(f).name for f, v in found.items() if v == "crashes")
     if crashed:
-        return crash_note(Path(crashed[0])).replace(f"(checked on {crashed[0]})", f"(checked on {', '.join(crashed)})")
+        return crash_note(*crashed)
     if found:
         return f"llama.cpp's AMX kernels run in this build (checked on {len(found)} model file(s)): weights are repacked for them"
     return "llama.cpp's AMX kernels: not tried yet (each model file is tried once, in a child process, at its first load)"
 
 
-def crash_note(path: Path) -> str:
-    """What a person reads where a file runs without AMX because the build's kernels crash."""
+def crash_note(*files: str | Path) -> str:
+    """What a person reads where files run without AMX because the build's kernels crash on them."""
     try:
         version = metadata.version("llama_cpp_python")
     except metadata.PackageNotFoundError:
         version = "X"
-    return (f"llama.cpp's AMX kernels crash in this build of llama-cpp-python (checked on {Path(path).name}), so "
+    return (f"llama.cpp's AMX kernels crash in this build of llama-cpp-python (checked on {', '.join(Path(f).name for f in files)}), so "
             "weight repacking is off, which is slower on this CPU; a build that runs them: "
             + REBUILD.replace("VERSION", version))

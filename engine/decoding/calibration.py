@@ -14,13 +14,12 @@ import json
 import os
 import platform
 import statistics
-import tempfile
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.decoding import kept_store
 
 FILE_NAME = "calibration.json"
 #: Entries kept (the newest): a few pairs, thread counts and versions.
@@ -99,11 +98,7 @@ def store_path() -> Path:
 
 
 def _read() -> dict[str, Any]:
-    try:
-        data = json.loads(store_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}  # none yet, or damaged: measure again (a cache, nothing of the person's)
-    return data if isinstance(data, dict) else {}
+    return kept_store.read(store_path())
 
 
 def load(key: str) -> dict[str, Any] | None:
@@ -146,28 +141,9 @@ def save(key: str, blocks: dict[int, float], step: float | None = None, interfer
     """Keep `blocks` (seconds per block size), a single step's cost and, for a drafter, how much
     slower the target's next step is after one of its steps, for `key`; `quiet`: measured on a machine
     that was not busy with other work (a busy one is measured again at the next load). Never raises."""
-    data = _read()
-    data[key] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
-                 "interference": interference, "quiet": quiet, "saved": time.time()}
+    entry: dict[str, Any] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
+                             "interference": interference, "quiet": quiet}
     if deep:
-        data[key]["deep"] = {str(n): s for n, s in sorted(deep.items())}
-        data[key]["depths"] = list(depths)
-    if len(data) > MAX_ENTRIES:
-        newest = sorted(data, key=lambda k: data[k].get("saved", 0) if isinstance(data[k], dict) else 0)
-        for k in newest[: len(data) - MAX_ENTRIES]:
-            del data[k]
-    path = store_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".tmp", dir=path.parent)
-    except OSError:
-        return  # a read-only cache only costs a measurement at the next launch
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        entry["deep"] = {str(n): s for n, s in sorted(deep.items())}
+        entry["depths"] = list(depths)
+    kept_store.put(store_path(), key, entry, MAX_ENTRIES)
