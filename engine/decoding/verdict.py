@@ -59,7 +59,10 @@ class PlainEstimate:
             self.ratios.append(ratio)
             self._seconds.append(o.verify_s)
         priced = kept + (1 if ended else 0)
-        size = (n, after_model, o.depth)
+        # Rounds are summed per key (the price is linear in the seconds), and the key is re-priced every
+        # round event: the depth goes in only where it moves the price (a block, with the shape at two
+        # depths), so a plain reply stays at one key, not one per round.
+        size = (n, after_model, o.depth if n > 1 and costs.depths[1] > costs.depths[0] else None)
         self._by_size[size] = self._by_size.get(size, 0.0) + priced * o.verify_s
         self.tokens += kept
         self.passes += priced
