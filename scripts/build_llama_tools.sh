@@ -67,10 +67,8 @@ fi
 # GCC 12's AMX header lets dead-store elimination drop ggml's tile configuration, and the AMX kernels
 # then crash (engine/decoding/amx_check.py): on an AMX CPU, build with -fno-dse, as the README's
 # install does for llama-cpp-python, unless CMAKE_ARGS already sets the C++ flags.
-if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && "${CXX:-c++}" --version 2>/dev/null | grep -q "Free Software Foundation" \
-        && [[ "${CMAKE_ARGS:-}" != *CMAKE_CXX_FLAGS* ]]; then
-    CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_FLAGS=-fno-dse"
-fi
+amx_flags="$(bash "$ROOT/scripts/amx_cxx_flags.sh")"
+[ -z "$amx_flags" ] || CMAKE_ARGS="${CMAKE_ARGS:-} $amx_flags"
 
 # 2. Configure: static libraries, so the two binaries need nothing beside them.
 BUILD="$OUT/build"

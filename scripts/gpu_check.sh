@@ -55,9 +55,8 @@ case "$BACKEND" in
     cpu) flags+=(-DGGML_CUDA=OFF) ;;
 esac
 # On an AMX CPU, GCC 12 miscompiles ggml's AMX tile setup (engine/decoding/amx_check.py): -fno-dse.
-if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && "${CXX:-c++}" --version 2>/dev/null | grep -q "Free Software Foundation"; then
-    flags+=(-DCMAKE_CXX_FLAGS=-fno-dse)
-fi
+amx_flags="$(bash "$ROOT/scripts/amx_cxx_flags.sh")"
+[ -z "$amx_flags" ] || flags+=("$amx_flags")
 BUILD="${REUSE:-$WORK/build-$BACKEND}"
 if [ -z "$REUSE" ]; then
     stamp "configuring llama.cpp ($BACKEND): ${flags[*]}"
