@@ -197,11 +197,12 @@ def plain_vs_llama_bench(target: Path, tools: Path, gpu_layers: int, n_gen: int 
                     if isinstance(e, DoneEvent)][0]
             rates.append(done.stats.tokens_per_s)
         engine_tps, threads, repack = statistics.median(rates), s.target.n_threads, s.target.extra_buffers
+        flash_attn = s.target.flash_attn
     finally:
         s.close()
     try:
         rep = native.llama_bench(native.locate(tools), target, threads=threads, n_gen=n_gen, repeats=3,
-                                 repack=repack, depth=DEPTH)
+                                 repack=repack, depth=DEPTH, flash_attn=flash_attn)
     except Exception as exc:  # noqa: BLE001 - reported, the rest of the check stands
         return {"engine_tokens_per_s": engine_tps, "llama_bench_error": str(exc)[-800:]}
     tg = rep.tg

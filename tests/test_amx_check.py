@@ -196,7 +196,7 @@ def test_calibrations_with_and_without_repacking_are_kept_apart(monkeypatch, q8_
         key = s._key(s.target)
         expected = calibration.key_for(q8_tiny, {"n_threads": s.target.n_threads, "n_threads_batch": None,
                                                  "n_gpu_layers": load.n_gpu_layers, "n_batch": s.target.n_batch,
-                                                 "extra_buffers": False})
+                                                 "extra_buffers": False, "flash_attn": s.target.flash_attn})
         assert key == expected
     finally:
         s.close()

@@ -437,3 +437,24 @@ def test_bench_compares_auto_with_the_fixed_k_best_over_the_repeats_not_each_run
     assert _best_fixed(one, auto[0]) == 12
     # a chosen variant without a run in Auto's repeat gives nothing to compare with
     assert _best_fixed([r for r in results if not (r.variant == "plain" and r.repeat == 2)], auto[2]) == 0.0
+
+
+def test_flash_attention_follows_the_setting_and_is_off_on_a_cpu(tiny):
+    """Asked on or off, llama.cpp attends that way (its two kernels round differently: the logits of the
+    same tokens are close, not equal); left to the engine, a CPU-only build runs without it, as asked off."""
+    from engine.decoding.llama_backend import supports_gpu_offload
+
+    tokens = list(range(5, 45))
+    logits, resolved = {}, {}
+    for asked in (None, False, True):
+        m = LlamaModel(tiny["target"], LoadSettings(n_ctx=256, n_batch=64, flash_attn=asked))
+        try:
+            logits[asked], resolved[asked] = m.decode(tokens, Logits.ALL).copy(), m.flash_attn
+        finally:
+            m.close()
+    assert (resolved[False], resolved[True]) == (False, True)
+    assert not np.array_equal(logits[False], logits[True])
+    assert np.allclose(logits[False], logits[True], atol=1e-2)
+    if not supports_gpu_offload():
+        assert resolved[None] is False
+        assert np.array_equal(logits[None], logits[False])

@@ -365,6 +365,7 @@ class Session:
             keys[id(model)] = calibration.key_for(model.path, {
                 "n_threads": model.n_threads, "n_threads_batch": s.n_threads_batch, "n_gpu_layers": s.n_gpu_layers,
                 "n_batch": model.n_batch, "extra_buffers": model.extra_buffers,
+                "flash_attn": model.flash_attn,
             })
         return keys[id(model)]
 

@@ -272,7 +272,8 @@ def _native_run(session: Session, tools, prompt: BenchPrompt, v: NativeVariant, 
     try:
         r = native.speculative(tools, session.target.path, fh.name, n_predict=max_tokens,
                                threads=session.target.n_threads, drafter=v.drafter, spec_type=v.spec_type,
-                               draft_max=v.draft_max, repack=session.target.extra_buffers)
+                               draft_max=v.draft_max, repack=session.target.extra_buffers,
+                               flash_attn=session.target.flash_attn)
     finally:
         Path(fh.name).unlink(missing_ok=True)
     return RunResult(

@@ -139,7 +139,8 @@ def _native_baseline(args, session, prompts) -> dict:
     tools = native.locate(args.native)
     depth = int(statistics.median(len(session.render(p.messages).tokens) for p in prompts))
     rep = native.llama_bench(tools, session.target.path, threads=session.target.n_threads, n_gen=args.max_tokens,
-                             repack=session.target.extra_buffers, depth=depth)
+                             repack=session.target.extra_buffers, depth=depth,
+                             flash_attn=session.target.flash_attn)
     tg = [t for t in rep.tests if t.kind == "tg"]
     return {"tg_tokens_per_s": tg[0].tokens_per_s, "depth": tg[0].depth,
             "command": " ".join(str(c) for c in rep.command[:1]) + " "

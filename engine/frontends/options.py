@@ -61,14 +61,19 @@ def add_thread_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-drafter", choices=["auto", "on", "off"], default="auto",
                    help="draft with a copy of the drafter made for this CPU, all matrices in Q4_0 (made once; "
                         "replies are the same): auto = on x86 CPUs with AVX2 when nothing is offloaded to a GPU")
+    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+                   help="llama.cpp's flash attention: auto = on where layers are offloaded to a GPU, off on a CPU "
+                        "(its CPU kernel makes deep drafting and verification dearer)")
 
 
 def load_settings(args):
     from engine.decoding.llama_backend import LoadSettings
 
-    cpu_drafter = {"auto": None, "on": True, "off": False}[getattr(args, "cpu_drafter", "auto")]
+    choice = {"auto": None, "on": True, "off": False}
     return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        n_threads_batch=getattr(args, "threads_batch", None), cpu_drafter=cpu_drafter)
+                        n_threads_batch=getattr(args, "threads_batch", None),
+                        cpu_drafter=choice[getattr(args, "cpu_drafter", "auto")],
+                        flash_attn=choice[getattr(args, "flash_attn", "auto")])
 
 
 def draft_load_settings(args):
