@@ -20,7 +20,8 @@ import numpy as np
 
 import llama_cpp as lc
 
-from engine.decoding.threads import default_batch_threads, default_threads
+from engine.decoding.thread_governor import ThreadGovernor
+from engine.decoding.threads import allowed_cpus, default_batch_threads, default_threads
 from engine.errors import ContextFullError, EngineError, Interrupted, LoadCancelled, ModelLoadError
 from engine.gguf_check import GGUFInfo, validate_gguf
 
@@ -237,6 +238,10 @@ class LlamaModel:
         the whole pass, so less CPU time than wall time x threads means someone else ran."""
         self.cpu_bound = not (lc.llama_supports_gpu_offload() and settings.n_gpu_layers != 0)
         """The passes run on the CPU: only then does `last_share` say anything about the load."""
+        self.governor = (ThreadGovernor(n_threads, n_threads_batch, len(allowed_cpus()))
+                         if self.cpu_bound and not settings.n_threads and max(n_threads, n_threads_batch) > 1 else None)
+        """Fewer threads while other processes take cores (engine.decoding.thread_governor); None: the
+        threads asked for (given, or one), or passes that run on a GPU."""
         self._pieces: dict[int, bytes] = {}
         self._views: dict[int, tuple[int, np.ndarray]] = {}  # rows -> (buffer address, view onto it)
         self._facts: VocabFacts | None = None
@@ -332,6 +337,7 @@ class LlamaModel:
             )
         n_rows = 0
         wall = cpu = 0.0
+        self._govern()
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= len(tokens)
@@ -361,11 +367,23 @@ class LlamaModel:
             self.tokens_decoded += len(chunk)
             if last_chunk:
                 n_rows = len(chunk) if logits is Logits.ALL else (1 if logits is Logits.LAST else 0)
+        # Of the threads the model was loaded with: a pass on fewer (the governor) ran beside other work.
         threads = self.n_threads if len(tokens) == 1 else self.n_threads_batch
         self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.cpu_bound else 1.0
         if n_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return self._logits(n_rows)
+
+    def _govern(self) -> None:
+        changed = self.governor.poll() if self.governor is not None else None
+        if changed is not None:
+            lc.llama_set_n_threads(self._ctx, *changed)
+
+    @property
+    def threads_now(self) -> tuple[int, int]:
+        """Threads (single tokens, batches) the next pass runs on."""
+        g = self.governor
+        return (g.threads, g.threads_batch) if g is not None else (self.n_threads, self.n_threads_batch)
 
     def _logits(self, n_rows: int) -> np.ndarray:
         """The first n_rows rows of llama.cpp's logits buffer. A view is made once per row count and
