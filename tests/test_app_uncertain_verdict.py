@@ -52,3 +52,26 @@ def reply_done(reply):
     from engine.decoding.events import DoneEvent
 
     return DoneEvent(reply.finish_reason, reply.content, reply.stats)
+
+
+def test_a_reply_that_ran_on_fewer_threads_says_so_and_the_store_keeps_it(qtbot, tiny, isolated_home):
+    """The engine's rounds say when the target ran on fewer threads than loaded (other programs kept cores
+    busy: engine.decoding.thread_governor); the stats panel says so beside the speed, and a stored round
+    reads back the same."""
+    from app.history.records import round_from_dict
+
+    install_tiny(tiny, isolated_home, draft_max=4)
+    w = open_window(qtbot)
+    reply = send(qtbot, w)
+    rounds = [reply.rounds[n] for n in sorted(reply.rounds)]
+    assert rounds and all(r.threads is None for r in rounds)  # a quiet machine (and 1 thread in the tests)
+    w.stats.show_snapshot(ReplyStats.of_rounds(rounds, reply.stats, True).snapshot())
+    assert "threads" not in w.stats.fields["speed"].text()
+
+    fewer = [*rounds[:-1], dataclasses.replace(rounds[-1], threads=(1, 2))]
+    stored = [round_from_dict(r.to_dict()) for r in fewer]
+    assert stored[-1].threads == (1, 2) and stored[0].threads is None
+    w.stats.show_snapshot(ReplyStats.of_rounds(stored, reply.stats, True).snapshot())
+    assert "on 1 of 2 CPU threads: other programs keep cores busy" in w.stats.fields["speed"].text()
+    bad = dict(rounds[-1].to_dict(), threads=["x"])
+    assert round_from_dict(bad).threads is None

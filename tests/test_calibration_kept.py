@@ -249,3 +249,35 @@ def test_a_tiny_model_keeps_one_depth(tiny):
         assert s.costs.depths == (0, 0) and not s.costs.deep.by_size
     finally:
         s.close()
+
+
+def test_the_real_drafter_is_timed_at_the_targets_two_depths_and_its_line_is_kept(real_pair):
+    """The drafter's step and a 16-token read are timed again where the target's deep shape was, and the
+    next load reads the same line back without measuring (what was measured and where; no timing)."""
+    from engine.decoding.session import DEEP_DEPTH, PROBE_DEPTH
+
+    target, drafter = real_pair
+    load = LoadSettings(n_ctx=2048)
+    first = Session(target, str(drafter), target_load=load)
+    try:
+        line = first.costs.draft_depth
+        assert line is not None and (line.shallow, line.deep) == (PROBE_DEPTH, DEEP_DEPTH)
+        assert line.step_ratio > 0 and line.block_ratio > 0
+    finally:
+        first.close()
+    again = Session(target, str(drafter), target_load=load)
+    try:
+        kept = again.costs.draft_depth
+        assert len(again.kept_calibration) == 2 and kept is not None
+        assert (kept.shallow, kept.deep) == (line.shallow, line.deep)
+        assert (kept.step_ratio, kept.block_ratio) == pytest.approx((line.step_ratio, line.block_ratio))
+    finally:
+        again.close()
+
+
+def test_a_tiny_drafter_keeps_no_depth_line(tiny):
+    s = open_session(tiny, n_ctx=2048, n_threads=1)
+    try:
+        assert s.draft_model is not None and s.costs.draft_depth is None
+    finally:
+        s.close()

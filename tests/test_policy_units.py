@@ -13,6 +13,7 @@ from engine.decoding.policy import (  # noqa: I001
     MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
     RoundOutcome, lookup_key, make_policy, pair_class,
 )
+from engine.decoding.policy import DepthLine
 
 LOOKUP3 = DraftKey(DraftKind.LOOKUP, 3)
 
@@ -725,3 +726,45 @@ def test_what_is_kept_for_the_next_launch_is_at_the_speed_of_undisturbed_rounds(
     for _ in range(20):  # quiet rounds at twice the shape: that is what is kept
         c.record(RoundOutcome(k=3, drafted=3, accepted=3, draft_s=0.0, verify_s=0.5, key=model, share=0.97))
     assert c.kept_cost(1) == pytest.approx(0.2, rel=0.01) and c.kept_cost(4) == pytest.approx(0.5, rel=0.01)
+
+
+def test_the_drafters_depth_line():
+    """Step 1.6x dearer at 1,128 tokens than at 128, a 16-token read 2.6x (values by hand)."""
+    line = DepthLine(128, 1128, 1.6, 2.6)
+    assert line.factor(None) == 1.0 and line.factor(128) == 1.0
+    assert line.factor(628) == pytest.approx(1.3) and line.factor(628, block=True) == pytest.approx(1.8)
+    assert line.factor(2128) == pytest.approx(2.2)  # beyond the deep point: the same line
+    assert line.factor(0, block=True) == pytest.approx(1.0 - 1.6 * 128 / 1000)
+    assert DepthLine(128, 1128, 0.1, 0.1).factor(5000) == 0.5  # never below half
+    assert DepthLine(128, 128, 3.0, 3.0).factor(5000) == 1.0  # one depth: no line
+
+
+def test_the_drafters_step_and_reads_are_priced_at_the_rounds_depth_and_learned_back_at_the_lines_start():
+    """A drafter whose step is 10 ms at 128 tokens and 16 ms at 1,128 (a read of 16 tokens 40 -> 104 ms):
+    deep in a chat its drafts are priced dearer, and a step timed there is kept as the shallow step it
+    implies, so a later shallow reply is not charged the deep price (values by hand)."""
+    c = CostModel()
+    c.add_verify(1, 0.1)
+    c.add_verify(4, 0.2)
+    c.draft_per_token.add(0.010)
+    c.catchup.add(16, 0.040)
+    c.draft_depth = DepthLine(128, 1128, 1.6, 2.6)
+    c.depth = 1128
+    assert c.draft_cost(2) == pytest.approx(0.032)
+    # a 16-token read ending at 1,136 has its mean at 1,128: 2.6x
+    c.depth = 1136
+    assert c.catchup_cost(16) == pytest.approx(0.104)
+    c.depth = 128
+    assert c.draft_cost(1) == pytest.approx(0.010)
+    # 3 tokens drafted at 2,128 tokens in 0.066 s: 22 ms a step there, 2.2x the line's start, 10 ms
+    c.draft_per_token = Ewma()
+    c.catchup = BlockCost()
+    c.record(outcome(k=3, drafted=3, accepted=3, draft_s=0.066, verify_s=0.2, key=MODEL_KEY, depth=2128,
+                     catchup_s=0.5, catchup_tokens=32))
+    assert c.draft_per_token.value == pytest.approx(0.010, rel=1e-6)
+    # the read of 32 tokens ended at 2,128: its mean depth 2,112 is 1 + 1.6 x 1,984 / 1,000 = 4.1744x
+    assert c.catchup(32) == pytest.approx(0.5 / 4.1744, rel=1e-6)
+    c.draft_depth = None  # unmeasured: one depth, as before
+    c.depth = 2128
+    assert c.draft_cost(1) == pytest.approx(0.010, rel=1e-6)
+

@@ -154,3 +154,41 @@ def test_a_real_busy_process_takes_a_thread_and_gives_it_back(tiny, monkeypatch)
         assert quiet[-1] == ((2, 2), (2, 2)), quiet[-5:]
     finally:
         m.close()
+
+
+class Ticking(Clock):
+    """Each reading is 0.6 s after the last: the test's clock, not the machine's."""
+
+    def __call__(self) -> CpuReading | None:
+        self.advance(0.6)
+        return super().__call__()
+
+
+def test_rounds_say_when_the_target_ran_on_fewer_threads(tiny, monkeypatch):
+    """A real reply on the tiny target, loaded with two threads, while the test's readings say another
+    process takes a core: after two readings the passes run on one thread (llama.cpp's context says so),
+    and the rounds from then on carry (1, 2); once the core is free again they carry nothing."""
+    from engine.decoding.events import RoundEvent
+    from engine.decoding.session import GenerationSettings, Session
+
+    monkeypatch.delenv("DRAFTLIGHT_THREADS", raising=False)
+    monkeypatch.setattr("engine.decoding.llama_backend.default_threads", lambda: 2)
+    monkeypatch.setattr("engine.decoding.llama_backend.default_batch_threads", lambda: 2)
+    s = Session(tiny["target"], None, calibrate=False)
+    clock = Ticking()
+
+    def reply() -> list:
+        return [e for e in s.complete("hello world", GenerationSettings(draft_max=0, max_tokens=8))
+                if isinstance(e, RoundEvent)]
+
+    try:
+        s.target.governor = ThreadGovernor(2, 2, cores=2, reading=clock)
+        assert all(r.threads is None for r in reply()) and lc.llama_n_threads(s.target._ctx) == 2
+        clock.others = 1.0
+        rounds = reply()
+        assert rounds[-1].threads == (1, 2) and lc.llama_n_threads(s.target._ctx) == 1
+        clock.others = 0.0
+        rounds = reply()
+        assert rounds[-1].threads is None and lc.llama_n_threads(s.target._ctx) == 2
+    finally:
+        s.close()

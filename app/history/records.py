@@ -122,6 +122,8 @@ def round_from_dict(d: dict[str, Any]) -> RoundEvent:
     if totals is not None and not isinstance(totals, dict):
         raise ValueError("a round's totals must be an object")
     kw["totals"] = RoundTotals.from_dict(totals) if totals else None  # None: stored before rounds carried them
+    threads = kw.get("threads")
+    kw["threads"] = (int(threads[0]), int(threads[1])) if isinstance(threads, (list, tuple)) and len(threads) == 2 else None
     return RoundEvent(**kw)
 
 

@@ -49,6 +49,8 @@ class StatsSnapshot:
     """How far estimated_speedup can be trusted (too few rounds, the machine's load changed)."""
     modes: tuple[tuple[str, int], ...] = ()
     """Rounds per drafter that proposed (DraftKind values, 'none' = plain): which mode ran."""
+    threads: tuple[int, int] | None = None
+    """The last round ran on fewer CPU threads than loaded (other programs busy): (now, loaded)."""
 
 
 class ReplyStats:
@@ -65,6 +67,7 @@ class ReplyStats:
         self.series: list[tuple[int, float]] = []
         self.final: Stats | None = None
         self.certainty = Certainty.UNKNOWN
+        self.threads: tuple[int, int] | None = None
 
     @classmethod
     def of_rounds(cls, rounds: list[RoundEvent], final: Stats | None, auto: bool) -> "ReplyStats":
@@ -83,6 +86,7 @@ class ReplyStats:
         if r.estimated_speedup is not None:
             self.speedup = r.estimated_speedup
         self.certainty = Certainty(r.certainty)
+        self.threads = r.threads
         self.series.append((self.totals.tokens, r.tokens_per_s))
 
     def finish(self, stats: Stats) -> None:
@@ -100,7 +104,7 @@ class ReplyStats:
                 estimated_speedup=f.estimated_speedup, by_position=tuple(f.acceptance_by_position),
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
                 learned_rounds=f.auto_rounds_before, certainty=Certainty(f.certainty),
-                modes=_modes(f.rounds_by_drafter or self.totals.by_drafter),
+                modes=_modes(f.rounds_by_drafter or self.totals.by_drafter), threads=self.threads,
             )
         t = self.totals
         return StatsSnapshot(
@@ -110,7 +114,7 @@ class ReplyStats:
             tokens_per_s=self.tokens_per_s, draft_s=t.draft_s, verify_s=t.verify_s,
             estimated_speedup=self.speedup, by_position=t.acceptance_by_position,
             speed_series=tuple(self.series), auto=self.auto, finished=False,
-            certainty=self.certainty, modes=_modes(t.by_drafter),
+            certainty=self.certainty, modes=_modes(t.by_drafter), threads=self.threads,
         )
 
 

@@ -98,7 +98,7 @@ class HardwareTab(QWidget):
                         "of llama-cpp-python to use a GPU)")
         self.report.setText(
             f"llama.cpp backends: <b>{html.escape(', '.join(r.backends))}</b><br>"
-            f"GPU offload: {offload}<br>CPU threads: {r.cpu_threads}<br>"
+            f"GPU offload: {offload}<br>{html.escape(r.threads_line)}<br>{html.escape(r.attention_line)}<br>"
             f"RAM: {human_bytes(r.ram_available)} free of {human_bytes(r.ram_total)}<br>Devices:<ul>{devices}</ul>"
             + (f"{html.escape(r.amx)}" if r.amx else "")
         )

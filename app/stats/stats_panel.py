@@ -110,7 +110,8 @@ class StatsPanel(QFrame):
         f = self.fields
         f["acceptance"].setText(f"{_pct(s.acceptance_rate)}  ({s.accepted}/{s.drafted})" if s.drafted else "– (no drafts)")
         f["mean"].setText(_num(s.mean_accepted))
-        f["speed"].setText(f"{s.tokens_per_s:.1f}")
+        f["speed"].setText(f"{s.tokens_per_s:.1f}" + (f"\non {s.threads[0]} of {s.threads[1]} CPU threads: other "
+                                                       "programs keep cores busy" if s.threads else ""))
         f["rounds"].setText(str(s.rounds))
         f["tokens"].setText(str(s.tokens))
         total = s.draft_s + s.verify_s

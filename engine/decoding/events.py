@@ -215,6 +215,9 @@ class RoundEvent:
     totals: RoundTotals | None = None
     """The reply's counts after this round (None: a round stored by a version before they travelled here;
     `with_totals` fills them)."""
+    threads: tuple[int, int] | None = None
+    """(threads the target ran on, threads it was loaded with) where it ran on fewer because other programs
+    kept cores busy (engine.decoding.thread_governor); None: on all of them."""
 
     type: str = field(default="round", init=False)
 

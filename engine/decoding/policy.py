@@ -224,6 +224,34 @@ SPEED_ALPHA = 0.3
 PAIRS = 7
 
 
+@dataclass(frozen=True, slots=True)
+class DepthLine:
+    """How a drafter's costs grow deeper in the context: its step and a 16-token read timed at two depths
+    (at load, as the target's shape). Attention over the context is a larger part of a small model's
+    pass: the 0.5B drafter's step on a 2-core Xeon was 1.6x dearer 3,000 tokens in than at 128 (3.6x with
+    flash attention on), the target's 1.15x; priced at one depth, a step timed in a long chat was kept
+    as the step of every later chat, and Auto left a drafter that kept 15 of 15 tokens."""
+
+    shallow: int
+    deep: int
+    step_ratio: float
+    """The drafter's step at `deep` over its step at `shallow`."""
+    block_ratio: float
+    """The same for reading 16 tokens in one batch (catching up)."""
+
+    def factor(self, depth: int | None, block: bool = False) -> float:
+        """Cost at `depth` over cost at `shallow`, on the line through the two (never below half; None: 1)."""
+        if depth is None or self.deep <= self.shallow:
+            return 1.0
+        ratio = self.block_ratio if block else self.step_ratio
+        return max(0.5, 1.0 + (ratio - 1.0) * (depth - self.shallow) / (self.deep - self.shallow))
+
+
+def _read_depth(depth: int | None, n: int) -> int | None:
+    """The mean depth of a read of n tokens that ends about `depth` tokens into the context."""
+    return None if depth is None else max(0, depth - n // 2)
+
+
 def pair_class(n: int) -> int:
     """Blocks whose V(1)/V(n) one correction covers: 2, 3-4, 5-8, 9-16, 17-32 tokens."""
     return (n - 1).bit_length()
@@ -279,6 +307,9 @@ class CostModel:
         self.interference = 1.0
         """How much slower a target step runs right after a step of the model drafter than after one of
         its own (measured at load): plain decoding, the baseline, never pays it."""
+        self.draft_depth: DepthLine | None = None
+        """How the drafter's step and catch-up grow with the depth (None: not measured, one depth):
+        `draft_per_token` and `catchup` hold them at the line's shallow depth."""
 
     def add_verify(self, n: int, seconds: float) -> None:
         """A calibration point of the shape, at the current speed."""
@@ -384,11 +415,12 @@ class CostModel:
         if o.depth is not None:
             self.depth = o.depth + o.accepted + 1  # where the next round verifies
         self.overhead.add(o.overhead_s)
-        if o.catchup_tokens:  # kept at the calibration's speed, as the target's shape is
-            self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0))
+        if o.catchup_tokens:  # kept at the calibration's speed and depth, as the target's shape is
+            factor = self.draft_factor(_read_depth(o.depth, o.catchup_tokens), True)
+            self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0) / factor)
         if o.drafted:
             if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
-                self.draft_per_token.add(o.draft_s / o.drafted / (self.plain_speed.value or 1.0))
+                self.draft_per_token.add(o.draft_s / o.drafted / (self.plain_speed.value or 1.0) / self.draft_factor(o.depth))
             if self.plain_overhead.value is not None:
                 self.overhead_per_draft_token.add(max(0.0, o.overhead_s - self.plain_overhead.value) / o.drafted)
         else:
@@ -399,13 +431,17 @@ class CostModel:
         base = self.plain_overhead.value if self.plain_overhead.value is not None else self.overhead.value
         return (base or 0.0) + k * (self.overhead_per_draft_token.value or 0.0)
 
+    def draft_factor(self, depth: int | None, block: bool = False) -> float:
+        """The drafter's cost at `depth` over its cost where its step was calibrated (draft_depth)."""
+        return self.draft_depth.factor(depth, block) if self.draft_depth is not None else 1.0
+
     def draft_cost(self, k: int) -> float:
         """A model drafter's cost for k tokens at today's speed as plain rounds measure it (a drafter step
-        is a single-token pass, like V(1)); unmeasured: assume a third of a target step."""
+        is a single-token pass, like V(1)) and at this depth; unmeasured: assume a third of a target step."""
         per = self.draft_per_token.value
         if per is None:
             return 0.3 * (self.verify_cost(1) or 0.0) * k
-        return per * (self.plain_speed.value or 1.0) * k
+        return per * (self.plain_speed.value or 1.0) * self.draft_factor(self.depth) * k
 
     def catchup_cost(self, n: int) -> float:
         """Reading n unseen tokens into the drafter at today's speed as plain rounds measure it (a long
@@ -414,7 +450,9 @@ class CostModel:
         if n <= 0:
             return 0.0
         measured = self.catchup(n)
-        return measured * (self.plain_speed.value or 1.0) if measured is not None else n * self.draft_cost(1)
+        if measured is None:
+            return n * self.draft_cost(1)
+        return measured * (self.plain_speed.value or 1.0) * self.draft_factor(_read_depth(self.depth, n), True)
 
     def plain_token_cost(self) -> float | None:
         v = self.verify_cost(1)

@@ -27,7 +27,7 @@ from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, repacking_decided,
                                           supports_gpu_offload)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
-from engine.decoding.policy import AutoK, BlockCost, CostModel, DraftPolicy, Ewma, NoDraft, make_policy
+from engine.decoding.policy import AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
 
@@ -100,6 +100,14 @@ class RenderedPrompt:
     """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
 
 
+def _depth_line(depths: tuple[int, int], step: float, blocks: dict[int, float], deep: dict[int, float]) -> DepthLine | None:
+    """The drafter's depth line from its step and 16-token read at two depths (None: not both measured)."""
+    shallow, deep_at = depths
+    if deep_at <= shallow or not step or not blocks.get(16) or not deep.get(1) or not deep.get(16):
+        return None
+    return DepthLine(shallow, deep_at, deep[1] / step, deep[16] / blocks[16])
+
+
 class Session:
     """Owns the llama contexts; not thread-safe: one reply at a time, from one thread."""
 
@@ -127,7 +135,7 @@ class Session:
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
-        self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float]] = {}
+        self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float, DepthLine | None]] = {}
         """Per loaded drafter (id): its step, catch-up and interference as this session last had them, so a
         switch back neither measures nor reads the store again (kept figures are at another moment's speed)."""
         self.drafter: Drafter | None = None
@@ -188,14 +196,14 @@ class Session:
         previous = self.draft_model
         changed = model is not previous
         per_token, catchup = Ewma(), BlockCost()
-        interference = 1.0
+        interference, depth_line = 1.0, None
         try:
             if fresh:
                 check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
             if changed and model is not None and id(model) in self._drafter_costs:
-                per_token, catchup, interference = self._drafter_costs[id(model)]  # as this session left them
+                per_token, catchup, interference, depth_line = self._drafter_costs[id(model)]  # as this session left them
             elif changed and model is not None and self._calibrate:
-                interference = self._measure_drafter(model, per_token, catchup, cancel=cancel)
+                interference, depth_line = self._measure_drafter(model, per_token, catchup, cancel=cancel)
         except BaseException:
             if fresh:
                 model.close()
@@ -208,8 +216,8 @@ class Session:
         if changed:
             c = self.costs
             if previous is not None:
-                self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference)
-            c.draft_per_token, c.catchup, c.interference = per_token, catchup, interference
+                self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference, c.draft_depth)
+            c.draft_per_token, c.catchup, c.interference, c.draft_depth = per_token, catchup, interference, depth_line
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
@@ -291,12 +299,13 @@ class Session:
     def calibrate_drafter(self, repeats: int = 3) -> None:
         """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            self.costs.interference = self._measure_drafter(self.draft_model, self.costs.draft_per_token,
-                                                            self.costs.catchup, repeats, fresh=True)
+            self.costs.interference, self.costs.draft_depth = self._measure_drafter(
+                self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats, fresh=True)
 
     def _measure_drafter(self, model: LlamaModel, per_token: Ewma, catchup: BlockCost, repeats: int = 3,
-                         cancel: threading.Event | None = None, fresh: bool = False) -> float:
-        """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)."""
+                         cancel: threading.Event | None = None, fresh: bool = False) -> tuple[float, DepthLine | None]:
+        """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)
+        and how its costs grow with the depth (CostModel.draft_depth)."""
         key = self._key(model)
         kept = None if fresh else calibration.load(key)
         # Kept and held at the calibration's speed (CostModel.draft_per_token): what is read or timed now,
@@ -309,18 +318,27 @@ class Session:
                 catchup.add(n, dt / now)
             self.kept_calibration.append(model.path.name)
             self._quiet[key] = True
-            return kept["interference"]
+            return kept["interference"], _depth_line(kept["depths"], kept["step"], kept["blocks"], kept["deep"])
         points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
         for n, dt in points:
             if n == 1:
                 per_token.add(dt / now)
             else:
                 catchup.add(n, dt / now)
+        depth_line, deep = None, {}
+        shallow, deep_at = self.costs.depths
+        if deep_at > shallow and model.can_trim and calibration.judged(model.info.size):
+            deep_points, deep_quiet = self._time_blocks(model, (1, 16), repeats, cancel, deep_at)
+            self._quiet[key] = self._quiet[key] and deep_quiet
+            deep = dict(deep_points)
+            depth_line = _depth_line((shallow, deep_at), dict(points)[1], dict(points), deep)
         interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
         blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
         if per_token.value and blocks:
-            calibration.save(key, blocks, per_token.value, interference, quiet=self._quiet[key])
-        return interference
+            calibration.save(key, blocks, per_token.value, interference, quiet=self._quiet[key],
+                             deep={n: v / now for n, v in deep.items()} if depth_line else None,
+                             depths=(shallow, deep_at))
+        return interference, depth_line
 
     def _interference(self, drafter: LlamaModel, cancel: threading.Event | None = None, repeats: int = 5) -> float:
         """How much slower a target step is right after a drafter step than after a target step (the two
@@ -381,11 +399,18 @@ class Session:
             key = self._key(self.target)
             calibration.save(key, blocks, quiet=self._quiet.get(key, False), deep=deep, depths=c.depths)
         if self.draft_model is not None and c.draft_per_token.value:
-            # At today's speed, as the target's blocks are (the next launch starts at speed 1).
-            drafted = {n: c.catchup_cost(n) for n in c.catchup.by_size if c.catchup(n)}
+            # At today's speed, as the target's blocks are (the next launch starts at speed 1), and at the
+            # depth the step was calibrated at: the line gives the rest.
+            speed = c.plain_speed.value or 1.0
+            drafted = {n: v * speed for n in c.catchup.by_size if (v := c.catchup(n))}
             if drafted:
                 key = self._key(self.draft_model)
-                calibration.save(key, drafted, c.draft_cost(1), c.interference, quiet=self._quiet.get(key, False))
+                line = c.draft_depth
+                step = c.draft_per_token.value * speed
+                deep = ({1: step * line.step_ratio, 16: (c.catchup(16) or 0.0) * speed * line.block_ratio}
+                        if line is not None and c.catchup(16) else None)
+                calibration.save(key, drafted, step, c.interference, quiet=self._quiet.get(key, False), deep=deep,
+                                 depths=(line.shallow, line.deep) if deep else (0, 0))
 
     @staticmethod
     def _probe_depth(model: LlamaModel, sizes: Sequence[int], want: int = PROBE_DEPTH) -> int:

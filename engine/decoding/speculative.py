@@ -324,6 +324,7 @@ def generate(
             rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
             emitted=len(texts), draft_s=draft_s, verify_s=r.outcome.verify_s,
             drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty, totals=totals,
+            threads=_fewer_threads(target),
         ))
         for i, piece in enumerate(texts):
             tok = r.tokens[i]
@@ -366,3 +367,9 @@ def generate(
     if not watch.stopped:
         shown.append(text.flush())  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
     yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(note))
+
+
+def _fewer_threads(model: LlamaModel) -> tuple[int, int] | None:
+    """(threads now, threads loaded) where the model runs on fewer than it was loaded with, else None."""
+    now = model.threads_now[0]
+    return (now, model.n_threads) if now < model.n_threads else None

@@ -317,7 +317,7 @@ def cmd_hardware(args) -> int:
     for d in rep.devices:
         mem = f", {_size(d.memory_free)} free of {_size(d.memory_total)}" if d.memory_total else ""
         print(f"  device {d.name}: {d.description} ({d.kind}{mem})")
-    print(f"CPU threads: {rep.cpu_threads}\nRAM: {_size(rep.ram_available)} available of {_size(rep.ram_total)}")
+    print(f"{rep.threads_line}\n{rep.attention_line}\nRAM: {_size(rep.ram_available)} available of {_size(rep.ram_total)}")
     if rep.amx:
         print(rep.amx)
     if not rep.gpu_offload:

@@ -59,6 +59,23 @@ class HardwareReport:
     """RAM available without swapping, in bytes."""
     amx: str | None = None
     """Where this build of llama.cpp has AMX kernels: whether they run here (engine.decoding.amx_check)."""
+    flash_attn: bool = False
+    """Whether models load with flash attention (llama_backend.use_flash_attn: off on a CPU)."""
+
+    @property
+    def threads_line(self) -> str:
+        """The CPU threads, and that replies run on fewer while other programs take cores."""
+        if self.gpu_offload or self.cpu_threads < 2:
+            return f"CPU threads: {self.cpu_threads}"
+        return (f"CPU threads: {self.cpu_threads}, fewer while other programs keep cores busy "
+                "(llama.cpp's threads wait for each other: one taken away slows them all many times over)")
+
+    @property
+    def attention_line(self) -> str:
+        if self.flash_attn:
+            return "Flash attention: on (layers run on the GPU)"
+        return ("Flash attention: off (on a CPU, llama.cpp's flash attention kernel makes drafting and "
+                "verifying deep in a long chat dearer)")
 
     @property
     def gpus(self) -> tuple[DeviceInfo, ...]:
@@ -83,6 +100,7 @@ class HardwareReport:
             "ram_total": self.ram_total,
             "ram_available": self.ram_available,
             "amx": self.amx,
+            "flash_attn": self.flash_attn,
         }
 
 
@@ -191,6 +209,7 @@ def hardware_report() -> HardwareReport:
         ram_total=total,
         ram_available=avail,
         amx=amx_check.for_this_build() if llama_backend.amx_compiled() else None,
+        flash_attn=llama_backend.use_flash_attn(None, -1 if has_gpu else 0),
     )
 
 
