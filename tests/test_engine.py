@@ -439,22 +439,27 @@ def test_bench_compares_auto_with_the_fixed_k_best_over_the_repeats_not_each_run
     assert _best_fixed([r for r in results if not (r.variant == "plain" and r.repeat == 2)], auto[2]) == 0.0
 
 
-def test_flash_attention_follows_the_setting_and_is_off_on_a_cpu(tiny):
+def test_flash_attention_follows_the_setting_and_a_drafter_runs_without_it_on_a_cpu(tiny):
     """Asked on or off, llama.cpp attends that way (its two kernels round differently: the logits of the
-    same tokens are close, not equal); left to the engine, a CPU-only build runs without it, as asked off."""
+    same tokens are close, not equal); left alone, the target gets llama.cpp's choice (on, on a CPU), and
+    a Session loads its drafter without it on a CPU-only build, as asked off."""
     from engine.decoding.llama_backend import supports_gpu_offload
 
     tokens = list(range(5, 45))
-    logits, resolved = {}, {}
+    logits = {}
     for asked in (None, False, True):
         m = LlamaModel(tiny["target"], LoadSettings(n_ctx=256, n_batch=64, flash_attn=asked))
         try:
-            logits[asked], resolved[asked] = m.decode(tokens, Logits.ALL).copy(), m.flash_attn
+            logits[asked] = m.decode(tokens, Logits.ALL).copy()
+            assert m.flash_attn is asked
         finally:
             m.close()
-    assert (resolved[False], resolved[True]) == (False, True)
     assert not np.array_equal(logits[False], logits[True])
     assert np.allclose(logits[False], logits[True], atol=1e-2)
-    if not supports_gpu_offload():
-        assert resolved[None] is False
-        assert np.array_equal(logits[None], logits[False])
+    assert np.array_equal(logits[None], logits[True])  # llama.cpp's "auto" runs it on the CPU
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        assert s.target.flash_attn is None
+        assert s.draft_model.flash_attn is (None if supports_gpu_offload() else False)
+    finally:
+        s.close()

@@ -127,11 +127,10 @@ def test_llama_bench_reports_the_tests_asked_for(tools, tiny):
     assert len(report.tg.samples) == 2 and len(report.pp.samples) == 2
     assert report.tg.tokens_per_s > 0 and report.pp.tokens_per_s > 0
     assert "--repack" in report.command and report.command[report.command.index("--repack") + 1] == "0"
-    # flash attention as the engine loads its models (off on a CPU-only build)
-    fa = "1" if native.default_flash_attn() else "0"
-    assert report.command[report.command.index("-fa") + 1] == fa
-    on = native.llama_bench(tools, tiny["target"], threads=THREADS, n_gen=4, repeats=1, repack=False, flash_attn=True)
-    assert on.command[on.command.index("-fa") + 1] == "1" and on.tg is not None
+    # flash attention as the engine loads its target: llama.cpp's own choice unless asked
+    assert report.command[report.command.index("-fa") + 1] == "auto"
+    off = native.llama_bench(tools, tiny["target"], threads=THREADS, n_gen=4, repeats=1, repack=False, flash_attn=False)
+    assert off.command[off.command.index("-fa") + 1] == "off" and off.tg is not None
 
 
 def test_llama_bench_generates_from_a_depth_like_a_reply_after_its_prompt(tools, tiny):
@@ -145,7 +144,7 @@ def test_target_as_its_own_drafter_accepts_everything_and_matches_plain_greedy(t
     r = native.speculative(tools, tiny["target"], prompt_file(tmp_path, PLAIN_PROMPT), n_predict=N_PREDICT,
                            threads=THREADS, drafter=tiny["target"], draft_max=4, ctx_size=1024, repack=False)
     assert r.spec_type == "draft-simple" and r.draft_max == 4
-    assert r.command[r.command.index("-fa") + 1] == ("on" if native.default_flash_attn() else "off")
+    assert r.command[r.command.index("-fa") + 1] == "auto"
     assert r.n_drafted > 0 and r.n_accepted == r.n_drafted and r.acceptance == 1.0
     # llama.cpp stops once it holds more than n_predict tokens, and does not cut its last draft.
     assert N_PREDICT + 1 <= r.n_decoded <= N_PREDICT + 1 + 4

@@ -139,8 +139,8 @@ class LoadSettings:
     """CPU weight repacking (AMX, AVX repack). None = on, except on CPUs with AMX, where
     ggml's AMX kernels segfault on Q4_K weights (ggml-org/llama.cpp#20824)."""
     flash_attn: bool | None = None
-    """llama.cpp's flash attention. None = on where layers are offloaded to a GPU, off on a CPU
-    (use_flash_attn)."""
+    """llama.cpp's flash attention: on, off, or None = as llama.cpp chooses ("auto": on where the device
+    runs it, the CPU included). The engine loads a drafter without it on a CPU (Session)."""
     cpu_drafter: bool | None = None
     """Draft with a copy of the drafter made for this CPU (engine.decoding.cpu_weights). None = where it
     helps: an x86-64 CPU with AVX2, nothing offloaded to a GPU, a drafter of 64 MB or more."""
@@ -207,9 +207,10 @@ class LlamaModel:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads_batch
         cparams.no_perf = True
-        self.flash_attn = use_flash_attn(settings.flash_attn, settings.n_gpu_layers)
-        """Whether flash attention is on for this model (settings.flash_attn resolved)."""
-        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.flash_attn = settings.flash_attn
+        """Flash attention as asked of llama.cpp (None: its own choice, "auto")."""
+        cparams.flash_attn_type = {None: lc.LLAMA_FLASH_ATTN_TYPE_AUTO, True: lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                                   False: lc.LLAMA_FLASH_ATTN_TYPE_DISABLED}[settings.flash_attn]
         cparams.swa_full = True  # sliding-window models must be able to roll back a rejected draft
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
@@ -502,15 +503,18 @@ def use_extra_buffers(asked: bool | None, path: Path | None = None, info: GGUFIn
     return amx_check.check(Path(path), cancel).verdict is amx_check.AmxVerdict.RUNS
 
 
-def use_flash_attn(asked: bool | None, n_gpu_layers: int = -1) -> bool:
-    """Flash attention as asked, else on only where layers go to a GPU. llama.cpp's "auto" turns it on
-    for CPUs too, where ggml's kernel attends one query row at a time: on a 2-core Xeon it made the
-    0.5B drafter's step 2.5x dearer 3,000 tokens into the context (58 against 23 ms; 1.1x at 128),
-    reading 40 tokens there 8.5x (1.92 against 0.23 s) and the 1.5B target's 16-token verification
-    1.65x (422 against 255 ms), for a 3,000-token prompt read 3% faster."""
+def drafter_flash_attn(asked: bool | None, n_gpu_layers: int = -1) -> bool | None:
+    """Flash attention for a drafter: as asked, else off where it runs on the CPU. llama.cpp's "auto"
+    turns it on for the CPU too, where its kernel attends one query row at a time: on a 2-core Xeon it
+    made the 0.5B drafter's step 2.5x dearer 3,000 tokens into the context (58 against 23 ms; 1.1x at
+    128) and reading 40 tokens there 8.5x (1.92 against 0.23 s). A drafter's numerics cannot change a
+    reply; the target's can, so it keeps llama.cpp's choice: with flash attention a block of tokens is
+    attended to as the same tokens one at a time are, and greedy speculative replies equalled plain
+    greedy ones on 5 of 5 prompts, 2 of 5 without (its 16-token verification 3,000 tokens in costs 422
+    against 255 ms for that)."""
     if asked is not None:
         return asked
-    return n_gpu_layers != 0 and supports_gpu_offload()
+    return None if n_gpu_layers != 0 and supports_gpu_offload() else False
 
 
 def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[list[dict[str, str]]], str]:

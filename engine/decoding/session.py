@@ -24,8 +24,8 @@ from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, Mo
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
-from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, repacking_decided,
-                                          supports_gpu_offload)
+from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, drafter_flash_attn,
+                                          repacking_decided, supports_gpu_offload)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
@@ -190,7 +190,8 @@ class Session:
             path = Path(spec.model)
             model = self._loaded_drafters.get(path)
             if model is None:
-                load = replace(self._draft_load, n_ctx=self.target.n_ctx)  # same context length, as llama.cpp's example
+                load = replace(self._draft_load, n_ctx=self.target.n_ctx,  # same context length, as llama.cpp's example
+                               flash_attn=drafter_flash_attn(self._draft_load.flash_attn, self._draft_load.n_gpu_layers))
                 model = self._open(self._drafter_file(path, load, cancel), load, LoadStage.DRAFTER, cancel)
                 fresh = True
         previous = self.draft_model

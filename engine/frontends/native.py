@@ -179,11 +179,9 @@ def default_repack() -> bool:
     return os.environ.get("DRAFTLIGHT_ALLOW_AMX") == "1" or not cpu_has_amx()
 
 
-def default_flash_attn() -> bool:
-    """Flash attention as the engine loads its models (llama_backend.use_flash_attn): off on a CPU."""
-    from engine.decoding.llama_backend import use_flash_attn
-
-    return use_flash_attn(None)
+def flash_attn_flag(flash_attn: bool | None) -> str:
+    """llama.cpp's tools' -fa value for a model loaded with `flash_attn` (None: llama.cpp's own choice)."""
+    return "auto" if flash_attn is None else "on" if flash_attn else "off"
 
 
 # -- llama-bench -----------------------------------------------------------------------------------
@@ -206,11 +204,10 @@ def llama_bench(
     if n_gen <= 0 and n_prompt <= 0:
         raise EngineError("llama-bench needs n_gen or n_prompt above 0")
     repack = default_repack() if repack is None else repack
-    flash_attn = default_flash_attn() if flash_attn is None else flash_attn
     validate_gguf(model, read_tokens=False)  # llama.cpp's tools crash on some bad files: say why first
     cmd = [
         str(tools.bench), "-m", str(model), "-t", str(threads), "-n", str(n_gen), "-p", str(n_prompt),
-        "-r", str(repeats), "--repack", "1" if repack else "0", "-fa", "1" if flash_attn else "0", "-o", "json",
+        "-r", str(repeats), "--repack", "1" if repack else "0", "-fa", flash_attn_flag(flash_attn), "-o", "json",
     ] + (["-d", str(depth)] if depth else [])
     out = _run(cmd, timeout, repack)
     return parse_bench_json(out.stdout, model=Path(model), threads=threads, repack=repack, command=tuple(cmd))
@@ -276,7 +273,6 @@ def speculative(
         if model is not None:  # a missing target makes llama-speculative-simple segfault
             validate_gguf(model, read_tokens=False)
     repack = default_repack() if repack is None else repack
-    flash_attn = default_flash_attn() if flash_attn is None else flash_attn
     length_args, effective_max = _draft_length_args(spec_type, draft_max, draft_min)
 
     # `-f` drops one trailing newline from the file: give it one to drop, so a rendered prompt
@@ -287,7 +283,7 @@ def speculative(
         cmd = [
             str(tools.speculative), "-m", str(target), "-f", str(copy), "-n", str(n_predict),
             "-t", str(threads), "-tb", str(threads), "-c", str(ctx_size), "-s", str(seed),
-            "--temp", "0", "--top-k", "1", "--no-escape", "-co", "off", "-fa", "on" if flash_attn else "off",
+            "--temp", "0", "--top-k", "1", "--no-escape", "-co", "off", "-fa", flash_attn_flag(flash_attn),
             "--spec-type", spec_type, *length_args,
         ]
         if drafter is not None:

@@ -62,8 +62,8 @@ def add_thread_options(p: argparse.ArgumentParser) -> None:
                    help="draft with a copy of the drafter made for this CPU, all matrices in Q4_0 (made once; "
                         "replies are the same): auto = on x86 CPUs with AVX2 when nothing is offloaded to a GPU")
     p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
-                   help="llama.cpp's flash attention: auto = on where layers are offloaded to a GPU, off on a CPU "
-                        "(its CPU kernel makes deep drafting and verification dearer)")
+                   help="llama.cpp's flash attention for both models: auto = llama.cpp's choice for the target and, "
+                        "on a CPU, off for the drafter (its CPU kernel makes deep drafting dearer)")
 
 
 def load_settings(args):

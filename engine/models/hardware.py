@@ -59,8 +59,8 @@ class HardwareReport:
     """RAM available without swapping, in bytes."""
     amx: str | None = None
     """Where this build of llama.cpp has AMX kernels: whether they run here (engine.decoding.amx_check)."""
-    flash_attn: bool = False
-    """Whether models load with flash attention (llama_backend.use_flash_attn: off on a CPU)."""
+    drafter_flash_attn: bool | None = None
+    """Flash attention for drafters (llama_backend.drafter_flash_attn: off on a CPU; None: llama.cpp's choice)."""
 
     @property
     def threads_line(self) -> str:
@@ -72,10 +72,10 @@ class HardwareReport:
 
     @property
     def attention_line(self) -> str:
-        if self.flash_attn:
-            return "Flash attention: on (layers run on the GPU)"
-        return ("Flash attention: off (on a CPU, llama.cpp's flash attention kernel makes drafting and "
-                "verifying deep in a long chat dearer)")
+        if self.drafter_flash_attn is None:
+            return "Flash attention: as llama.cpp chooses"
+        return ("Flash attention: as llama.cpp chooses for the target; off for the drafter (on a CPU its kernel "
+                "makes drafting deep in a long chat 2-3x dearer, and a drafter's numbers never change a reply)")
 
     @property
     def gpus(self) -> tuple[DeviceInfo, ...]:
@@ -100,7 +100,7 @@ class HardwareReport:
             "ram_total": self.ram_total,
             "ram_available": self.ram_available,
             "amx": self.amx,
-            "flash_attn": self.flash_attn,
+            "drafter_flash_attn": self.drafter_flash_attn,
         }
 
 
@@ -209,7 +209,7 @@ def hardware_report() -> HardwareReport:
         ram_total=total,
         ram_available=avail,
         amx=amx_check.for_this_build() if llama_backend.amx_compiled() else None,
-        flash_attn=llama_backend.use_flash_attn(None, -1 if has_gpu else 0),
+        drafter_flash_attn=llama_backend.drafter_flash_attn(None, -1 if has_gpu else 0),
     )
 
 
