@@ -764,6 +764,13 @@ def test_the_drafters_step_and_reads_are_priced_at_the_rounds_depth_and_learned_
     assert c.draft_per_token.value == pytest.approx(0.010, rel=1e-6)
     # the read of 32 tokens ended at 2,128: its mean depth 2,112 is 1 + 1.6 x 1,984 / 1,000 = 4.1744x
     assert c.catchup(32) == pytest.approx(0.5 / 4.1744, rel=1e-6)
+    # an odd read: 33 tokens ending at 2,128 have their mean at 2,112; 40 ending at 10, at the context's start
+    c.catchup = BlockCost()
+    c.catchup.add(16, 0.040)
+    c.depth = 2128
+    assert c.catchup_cost(33) == pytest.approx(0.040 * 33 / 16 * (1 + 1.6 * 1.984), rel=1e-6)
+    c.depth = 10
+    assert c.catchup_cost(40) == pytest.approx(0.040 * 40 / 16 * (1 - 1.6 * 0.128), rel=1e-6)
     c.draft_depth = None  # unmeasured: one depth, as before
     c.depth = 2128
     assert c.draft_cost(1) == pytest.approx(0.010, rel=1e-6)

@@ -128,8 +128,10 @@ def test_a_real_busy_process_takes_a_thread_and_gives_it_back(tiny, monkeypatch)
     monkeypatch.setattr("engine.decoding.llama_backend.default_threads", lambda: 2)
     monkeypatch.setattr("engine.decoding.llama_backend.default_batch_threads", lambda: 2)
     m = LlamaModel(tiny["target"], LoadSettings(n_ctx=512))
+    assert m.governor is not None
 
-    def decode_for(seconds: float) -> list[tuple[int, int]]:
+    def decode_until(want: tuple[int, int], seconds: float = 8.0) -> list:
+        """Decode until the model runs on `want` threads (or `seconds` pass): what was seen, last last."""
         seen, end = [], time.monotonic() + seconds
         while time.monotonic() < end:
             m.clear()
@@ -138,19 +140,31 @@ def test_a_real_busy_process_takes_a_thread_and_gives_it_back(tiny, monkeypatch)
                 m.decode([40 + t], Logits.LAST)
             # what llama.cpp itself holds for the context, beside what the governor says
             seen.append((m.threads_now, (lc.llama_n_threads(m._ctx), lc.llama_n_threads_batch(m._ctx))))
+            if seen[-1] == (want, want):
+                break
         return seen
 
+    # A machine busy with something else (another job on a shared runner) takes a thread by right: wait
+    # for a quiet moment first (other processes using under a fifth of a core over a second).
+    deadline = time.monotonic() + 60
+    while True:
+        r0 = tg.machine_reading(cpus)
+        time.sleep(1.0)
+        r1 = tg.machine_reading(cpus)
+        others = ((r1.machine_busy - r0.machine_busy) - (r1.own - r0.own)) / (r1.wall - r0.wall)
+        if others < 0.2:
+            break
+        assert time.monotonic() < deadline, f"other processes kept {others:.2f} CPUs busy for a minute"
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         os.sched_setaffinity(busy.pid, {mine[1]})
-        assert m.governor is not None and m.threads_now == (2, 2)
-        under_load = decode_for(3.0)
+        under_load = decode_until((1, 1))
         assert under_load[-1] == ((1, 1), (1, 1)), under_load[-5:]
     finally:
         busy.kill()
         busy.wait()
     try:
-        quiet = decode_for(3.0)
+        quiet = decode_until((2, 2))
         assert quiet[-1] == ((2, 2), (2, 2)), quiet[-5:]
     finally:
         m.close()
