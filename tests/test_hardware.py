@@ -98,3 +98,18 @@ def test_no_gpu_offload_means_ram_even_when_layers_are_asked_for(tiny):
     rep = replace(_gpu_report(vram=8 * 1024 * MiB), gpu_offload=False)
     est = estimate_pair_memory(tiny["target"], None, 1024, n_gpu_layers=-1, report=rep)
     assert est.where == "RAM" and est.vram_bytes == 0
+
+
+def test_the_report_says_threads_follow_the_load_and_how_flash_attention_is_set():
+    """On a CPU with two or more threads: fewer while other programs keep cores busy, and the drafter
+    without flash attention; with a GPU, or one thread, neither (texts written here)."""
+    ram = 8 << 30
+    cpu = HardwareReport(("CPU",), (DeviceInfo("CPU", "test cpu", "cpu", ram, ram),), False, 2, ram, ram,
+                         drafter_flash_attn=False)
+    assert cpu.threads_line.startswith("CPU threads: 2, fewer while other programs keep cores busy")
+    assert cpu.attention_line.startswith("Flash attention: as llama.cpp chooses for the target; off for the drafter")
+    assert cpu.summary()["drafter_flash_attn"] is False
+    one = replace(cpu, cpu_threads=1)
+    assert one.threads_line == "CPU threads: 1"
+    gpu = HardwareReport(("CUDA", "CPU"), (), True, 8, ram, ram, drafter_flash_attn=None)
+    assert gpu.threads_line == "CPU threads: 8" and gpu.attention_line == "Flash attention: as llama.cpp chooses"
