@@ -224,6 +224,12 @@ SPEED_ALPHA = 0.3
 PAIRS = 7
 
 
+def on_depth_line(v0: float, v1: float, d0: int, d1: int, depth: int) -> float:
+    """A cost measured as v0 at depth d0 and v1 at d1 (> d0), at `depth`: on the line through the two
+    (beyond them too: attention's cost grows linearly with the depth), never below half of v0."""
+    return max(0.5 * v0, v0 + (v1 - v0) * (depth - d0) / (d1 - d0))
+
+
 @dataclass(frozen=True, slots=True)
 class DepthLine:
     """How a drafter's costs grow deeper in the context: its step and a 16-token read timed at two depths
@@ -243,8 +249,7 @@ class DepthLine:
         """Cost at `depth` over cost at `shallow`, on the line through the two (never below half; None: 1)."""
         if depth is None or self.deep <= self.shallow:
             return 1.0
-        ratio = self.block_ratio if block else self.step_ratio
-        return max(0.5, 1.0 + (ratio - 1.0) * (depth - self.shallow) / (self.deep - self.shallow))
+        return on_depth_line(1.0, self.block_ratio if block else self.step_ratio, self.shallow, self.deep, depth)
 
 
 def _read_depth(depth: int | None, n: int) -> int | None:
@@ -328,9 +333,7 @@ class CostModel:
         if v0 is None or depth is None or d1 <= d0:
             return v0
         v1 = self.deep(n)
-        if v1 is None:
-            return v0
-        return max(0.5 * v0, v0 + (v1 - v0) * (depth - d0) / (d1 - d0))
+        return v0 if v1 is None else on_depth_line(v0, v1, d0, d1, depth)
 
     def correction(self, n: int) -> float:
         """Measured V(1)/V(n) over the shape's for blocks of about n tokens, from adjacent plain and drafting
