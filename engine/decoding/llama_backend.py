@@ -237,7 +237,7 @@ class LlamaModel:
         """Of the CPU time the last decode's threads could have had, the share they got (1: the
         machine was ours; 0.6: a busy process took a core). llama.cpp's threads compute or spin for
         the whole pass, so less CPU time than wall time x threads means someone else ran."""
-        self.cpu_bound = not (lc.llama_supports_gpu_offload() and settings.n_gpu_layers != 0)
+        self.cpu_bound = not offloads(settings.n_gpu_layers)
         """The passes run on the CPU: only then does `last_share` say anything about the load."""
         self.governor = (ThreadGovernor(n_threads, n_threads_batch, len(allowed_cpus()))
                          if self.cpu_bound and not settings.n_threads and max(n_threads, n_threads_batch) > 1 else None)
@@ -514,7 +514,7 @@ def drafter_flash_attn(asked: bool | None, n_gpu_layers: int = -1) -> bool | Non
     against 255 ms for that)."""
     if asked is not None:
         return asked
-    return None if n_gpu_layers != 0 and supports_gpu_offload() else False
+    return None if offloads(n_gpu_layers) else False
 
 
 def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[list[dict[str, str]]], str]:
@@ -562,6 +562,11 @@ def quantize(src: Path, dst: Path, types: dict[str, str], file_type: int | None 
 def supports_gpu_offload() -> bool:
     _ensure_backend()
     return bool(lc.llama_supports_gpu_offload())
+
+
+def offloads(n_gpu_layers: int) -> bool:
+    """Whether a model loaded with `n_gpu_layers` runs layers on a GPU (else its passes run on the CPU)."""
+    return n_gpu_layers != 0 and supports_gpu_offload()
 
 
 @dataclass(frozen=True, slots=True)

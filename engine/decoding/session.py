@@ -25,7 +25,7 @@ from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, drafter_flash_attn,
-                                          repacking_decided, supports_gpu_offload)
+                                          offloads, repacking_decided)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, make_policy
 from engine.decoding.sampling import SamplingParams
@@ -224,7 +224,7 @@ class Session:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
         once, if missing: engine.decoding.cpu_weights), else the file itself."""
         role = cpu_weights.Role.DRAFTER
-        offload = supports_gpu_offload() and load.n_gpu_layers != 0
+        offload = offloads(load.n_gpu_layers)
         if load.cpu_drafter is False or (load.cpu_drafter is None and not cpu_weights.wanted(path, role, offload)):
             return path
         if (done := cpu_weights.ready(path, role)) is not None:
