@@ -59,7 +59,7 @@ def step(g: ThreadGovernor, clock: Clock, seconds: float = 0.6):
 
 def test_a_busy_core_takes_a_thread_away_and_gives_it_back_once_free():
     clock = Clock()
-    g = ThreadGovernor(2, 2, cores=2, reading=clock)
+    g = ThreadGovernor(2, 2, cores=2, reading=clock, clock=lambda: clock.t)
     assert (g.threads, g.threads_batch, g.reduced) == (2, 2, False)
     assert step(g, clock) is None  # quiet
     clock.others = 1.0
@@ -77,20 +77,23 @@ def test_a_busy_core_takes_a_thread_away_and_gives_it_back_once_free():
 
 def test_a_brief_burst_changes_nothing_and_readings_come_at_most_every_interval():
     clock = Clock()
-    g = ThreadGovernor(2, 2, cores=2, reading=clock)
+    g = ThreadGovernor(2, 2, cores=2, reading=clock, clock=lambda: clock.t)
     clock.others = 1.0
     assert step(g, clock) is None
     clock.others = 0.0
     assert step(g, clock) is None  # the burst is over before a second reading asked for it
     clock.others = 1.0
+    read = []
+    g._reading = lambda: read.append(clock.t) or clock()
     assert step(g, clock, 0.2) is None and step(g, clock, 0.2) is None  # 0.4 s: no reading yet
+    assert read == []  # /proc/stat is not even read before a reading is due
     assert step(g, clock, 0.2) is None  # the first busy reading (0.6 s)
     assert step(g, clock) == (1, 1)
 
 
 def test_part_of_a_core_and_more_cores_than_threads():
     clock = Clock()
-    g = ThreadGovernor(4, 8, cores=8, reading=clock)
+    g = ThreadGovernor(4, 8, cores=8, reading=clock, clock=lambda: clock.t)
     clock.others = 3.0  # 5 cores left: the 4 single-token threads stay, batches get 5
     assert [step(g, clock) for _ in range(2)] == [None, (4, 5)]
     clock.others = 0.2  # a fifth of a core busy counts as free
@@ -102,7 +105,7 @@ def test_part_of_a_core_and_more_cores_than_threads():
 def test_no_reading_leaves_the_threads_as_loaded():
     clock = Clock()
     clock.available = False
-    g = ThreadGovernor(2, 2, cores=2, reading=clock)
+    g = ThreadGovernor(2, 2, cores=2, reading=clock, clock=lambda: clock.t)
     clock.others = 2.0
     assert [step(g, clock) for _ in range(4)] == [None] * 4
     assert (g.threads, g.threads_batch) == (2, 2)
@@ -171,11 +174,11 @@ def test_a_real_busy_process_takes_a_thread_and_gives_it_back(tiny, monkeypatch)
 
 
 class Ticking(Clock):
-    """Each reading is 0.6 s after the last: the test's clock, not the machine's."""
+    """Each look at the clock is 0.6 s after the last: the test's clock, not the machine's."""
 
-    def __call__(self) -> CpuReading | None:
+    def now(self) -> float:
         self.advance(0.6)
-        return super().__call__()
+        return self.t
 
 
 def test_rounds_say_when_the_target_ran_on_fewer_threads(tiny, monkeypatch):
@@ -196,7 +199,7 @@ def test_rounds_say_when_the_target_ran_on_fewer_threads(tiny, monkeypatch):
                 if isinstance(e, RoundEvent)]
 
     try:
-        s.target.governor = ThreadGovernor(2, 2, cores=2, reading=clock)
+        s.target.governor = ThreadGovernor(2, 2, cores=2, reading=clock, clock=clock.now)
         assert all(r.threads is None for r in reply()) and lc.llama_n_threads(s.target._ctx) == 2
         clock.others = 1.0
         rounds = reply()

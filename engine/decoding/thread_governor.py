@@ -72,18 +72,21 @@ def machine_reading(cpus: set[int] | None = None) -> CpuReading | None:
 class ThreadGovernor:
     """Threads for single-token passes and for batches, following what other processes leave free.
 
-    `reading` is called between passes (at most every INTERVAL_S); None from it leaves the threads as
-    they are. `cores`: the CPUs this process may use."""
+    `reading` is called between passes once INTERVAL_S have passed on `clock` since the last call (a pass
+    of the drafter takes milliseconds: reading /proc/stat before each would be work for nothing); None from
+    it leaves the threads as they are. `cores`: the CPUs this process may use."""
 
     def __init__(self, full: int, full_batch: int, cores: int,
-                 reading: Callable[[], CpuReading | None] | None = None) -> None:
+                 reading: Callable[[], CpuReading | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.full, self.full_batch, self.cores = max(1, full), max(1, full_batch), max(1, cores)
         self.threads, self.threads_batch = self.full, self.full_batch
         if reading is None:
             cpus = allowed_cpus()
             reading = lambda: machine_reading(cpus)  # noqa: E731
-        self._reading = reading
+        self._reading, self._clock = reading, clock
         self._last = reading()
+        self._due = clock() + INTERVAL_S  # when the next reading is taken
         self._asked: tuple[int, int] | None = None  # the change the last readings asked for
         self._streak = 0
         self.others = 0.0
@@ -101,6 +104,10 @@ class ThreadGovernor:
 
     def poll(self) -> tuple[int, int] | None:
         """Read the load if a reading is due; the new (threads, batch threads) where they change, else None."""
+        t = self._clock()
+        if t < self._due:
+            return None
+        self._due = t + INTERVAL_S
         last = self._last
         if last is None:
             self._last = self._reading()
