@@ -209,3 +209,23 @@ def test_rounds_say_when_the_target_ran_on_fewer_threads(tiny, monkeypatch):
         assert rounds[-1].threads is None and lc.llama_n_threads(s.target._ctx) == 2
     finally:
         s.close()
+
+
+def test_two_different_asks_in_a_row_change_nothing_and_a_late_first_reading_starts_the_count():
+    clock = Clock()
+    g = ThreadGovernor(4, 8, cores=8, reading=clock, clock=lambda: clock.t)
+    clock.others = 3.0  # asks for (4, 5)
+    assert step(g, clock) is None
+    clock.others = 4.0  # asks for (4, 4): another change, so its count starts again
+    assert step(g, clock) is None and (g.threads, g.threads_batch) == (4, 8)
+    assert step(g, clock) == (4, 4)
+    # /proc/stat missing at first, there later: the first reading only starts the count
+    clock = Clock()
+    clock.available = False
+    g = ThreadGovernor(2, 2, cores=2, reading=clock, clock=lambda: clock.t)
+    clock.others = 1.0
+    assert step(g, clock) is None
+    clock.available = True
+    assert [step(g, clock) for _ in range(3)] == [None, None, (1, 1)]
+    one = ThreadGovernor(1, 1, cores=2, reading=Clock(), clock=lambda: 0.0)
+    assert (one.threads, one.threads_batch) == (1, 1)
