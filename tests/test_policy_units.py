@@ -657,18 +657,18 @@ def test_a_pair_is_learned_whichever_round_comes_first_and_only_the_latest_seven
         c.add_verify(n, v)
     c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.15 / 0.8))  # 2 tokens first: V1/V2 0.8 x the shape's
     c.record(outcome(verify_s=0.1))
-    assert c.correction(2) == pytest.approx(0.8) and set(c.pairs) == {1}
+    assert c.correction(2) == pytest.approx(0.8) and set(c.pairs) == {(0, 1)}
     c.record(outcome(verify_s=0.1))  # plain beside plain
-    assert len(c.pairs[1]) == 1
+    assert len(c.pairs[(0, 1)]) == 1
     c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.0))  # clocks that did not move: beside plain
     c.record(outcome(verify_s=0.0))  # and plain beside it
     c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.15))  # beside a plain round timed at zero
-    assert len(c.pairs[1]) == 1
+    assert len(c.pairs[(0, 1)]) == 1
     for _ in range(5):  # nine more pairs, each V1/V2 0.5 x the shape's: the first one's 0.8 drops out
         c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.3))
         c.record(outcome(verify_s=0.1))
-    assert len(c.pairs[1]) == 7 and c.correction(2) == pytest.approx(0.5)
-    assert 0.8 not in [round(x, 6) for x in c.pairs[1]]
+    assert len(c.pairs[(0, 1)]) == 7 and c.correction(2) == pytest.approx(0.5)
+    assert 0.8 not in [round(x, 6) for x in c.pairs[(0, 1)]]
 
 
 def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():

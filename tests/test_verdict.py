@@ -438,3 +438,51 @@ def test_what_is_kept_of_the_deep_shape_and_a_shape_at_one_depth():
     same = two_depth_costs()
     same.depths = (128, 128)  # two tables at one depth: no line to read off, the shallow shape
     assert same.shape(16, 3000) == pytest.approx(0.175)
+
+
+def test_a_busy_process_that_takes_a_core_mid_reply_is_priced_on_the_one_thread_left():
+    """The thread governor drops the target to one thread of two mid-reply: a pass on one thread that got
+    its core is undisturbed on that thread count, and plain rounds beside drafting ones on it correct the
+    shape for one thread (values by hand: 2 threads V(1) 0.1 s, V(5) 0.25 s as calibrated; one thread
+    V(1) 0.2 s, V(5) 0.36 s, blocks cheaper against a plain round than on two)."""
+    c = CostModel()
+    for n, v in ((1, 0.1), (5, 0.25)):
+        c.add_verify(n, v)
+    model, none = DraftKey(DraftKind.MODEL), DraftKey(DraftKind.NONE)
+    est = PlainEstimate()
+    tokens, seconds, plain = 0, 0.0, 0.0
+    for i in range(24):
+        one = i >= 12  # the busy process came: one thread of two, which got all of its core
+        threads, share = ((1, 2), 0.5) if one else (None, 1.0)
+        v1, v5 = (0.2, 0.36) if one else (0.1, 0.25)
+        if i % 4 == 3:  # a control round
+            o = RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=v1, key=none, share=share, threads=threads)
+            kept = 1
+        else:
+            o = RoundOutcome(k=4, drafted=4, accepted=3, draft_s=0.0, verify_s=v5, key=model, share=share, threads=threads)
+            kept = 4
+        est.add_round(c, o, kept)
+        c.record(o)
+        tokens, seconds, plain = tokens + kept, seconds + o.verify_s, plain + kept * v1
+    assert c.threads == 1
+    assert c.correction(5) == pytest.approx((0.2 / 0.36) / (0.1 / 0.25))  # learned on the one thread
+    assert c.correction(5, threads=0) == pytest.approx(1.0)  # and on two, where the shape was right
+    assert c.quiet_speed.value == pytest.approx(1.0)  # one-thread rounds are never kept as the machine's speed
+    assert est.speedup(tokens, seconds) == pytest.approx(plain / seconds, rel=0.01)
+
+
+def test_a_pair_across_a_change_of_threads_or_on_a_shared_core_is_not_learned():
+    c = CostModel()
+    for n, v in ((1, 0.1), (5, 0.25)):
+        c.add_verify(n, v)
+    model, none = DraftKey(DraftKind.MODEL), DraftKey(DraftKind.NONE)
+    c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, key=none))
+    c.record(RoundOutcome(k=4, drafted=4, accepted=3, draft_s=0.0, verify_s=0.3, key=model, share=0.5, threads=(1, 2)))
+    assert not c.pairs  # a plain round on two threads beside a drafting one on one
+    # On one thread that got under 0.85 of its core (0.4 of two threads' time): beside other work still.
+    c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.2, key=none, share=0.4, threads=(1, 2)))
+    assert not c.pairs
+    c.record(RoundOutcome(k=4, drafted=4, accepted=3, draft_s=0.0, verify_s=0.36, key=model, share=0.45, threads=(1, 2)))
+    assert not c.pairs  # its neighbour was the disturbed plain round
+    c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.2, key=none, share=0.45, threads=(1, 2)))
+    assert {k: list(v) for k, v in c.pairs.items()} == {(1, 3): [pytest.approx((0.2 / 0.36) / (0.1 / 0.25))]}

@@ -239,6 +239,9 @@ class LlamaModel:
         the whole pass, so less CPU time than wall time x threads means someone else ran."""
         self.cpu_bound = not offloads(settings.n_gpu_layers)
         """The passes run on the CPU: only then does `last_share` say anything about the load."""
+        self.last_threads = (n_threads, n_threads)
+        """(threads the last pass ran on, threads loaded for such a pass): fewer while the governor gives
+        cores to other programs."""
         self.governor = (ThreadGovernor(n_threads, n_threads_batch, len(allowed_cpus()))
                          if self.cpu_bound and not settings.n_threads and max(n_threads, n_threads_batch) > 1 else None)
         """Fewer threads while other processes take cores (engine.decoding.thread_governor); None: the
@@ -339,6 +342,8 @@ class LlamaModel:
         n_rows = 0
         wall = cpu = 0.0
         self._govern()
+        single = len(tokens) == 1
+        self.last_threads = (self.threads_now[0 if single else 1], self.n_threads if single else self.n_threads_batch)
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= len(tokens)
@@ -369,8 +374,7 @@ class LlamaModel:
             if last_chunk:
                 n_rows = len(chunk) if logits is Logits.ALL else (1 if logits is Logits.LAST else 0)
         # Of the threads the model was loaded with: a pass on fewer (the governor) ran beside other work.
-        threads = self.n_threads if len(tokens) == 1 else self.n_threads_batch
-        self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.cpu_bound else 1.0
+        self.last_share = min(1.0, cpu / (wall * self.last_threads[1])) if wall > 0 and self.cpu_bound else 1.0
         if n_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return self._logits(n_rows)

@@ -187,6 +187,9 @@ class RoundOutcome:
     tokens the round emitted anyway: (key, tokens judged, of those kept from the first)."""
     depth: int | None = None
     """Tokens in the target's cache when it verified (None: not known, priced at the calibration's depth)."""
+    threads: tuple[int, int] | None = None
+    """(threads the target verified on, threads it was loaded with) where it ran on fewer because other programs
+    kept cores busy (engine.decoding.thread_governor); None: on all of them."""
 
 
 class BlockCost:
@@ -293,11 +296,16 @@ class CostModel:
         """The speed factor as undisturbed rounds alone measure it: what is kept for the next launch. Kept at
         `speed`, a session that ended beside a busy process (llama.cpp's two threads on a 2-core machine with
         one core taken: 16x slower) started the next launch with a shape 10x too dear."""
-        self.pairs: dict[int, deque[float]] = {}
-        """Per size class of block (pair_class): the last PAIRS corrections. A correction learned on 16-token
-        lookups priced a later reply's 5-token model rounds 10% too cheap."""
-        # The last round's block size, seconds, whether undisturbed, depth.
-        self._last: tuple[int, float, bool, int | None] | None = None
+        self.pairs: dict[tuple[int, int], deque[float]] = {}
+        """Per (threads the target ran on, size class of block: pair_class): the last PAIRS corrections. A
+        correction learned on 16-token lookups priced a later reply's 5-token model rounds 10% too cheap. Per
+        thread count: beside a busy loop, on one thread of two 2,000 tokens deep (flash attention off), 5-token
+        blocks took 1.93x a plain round where the two-thread shape said 2.4x, and with no pairs learned on
+        one thread a reply at k=4 read 0.78x for 1.07x."""
+        self.threads = 0
+        """Threads the target ran its last round on (0: all it was loaded with): the pairs that price now."""
+        # The last round's block size, seconds, whether undisturbed on its threads, depth, threads.
+        self._last: tuple[int, float, bool, int | None, int] | None = None
         self.catchup = BlockCost()  # the drafter reading n unseen tokens in one batch, at the calibration's speed
         self.plain_speed = Ewma(alpha=SPEED_ALPHA, value=1.0)
         """The speed factor as plain rounds alone measure it: V(1) is what the calibration got right first,
@@ -335,10 +343,10 @@ class CostModel:
         v1 = self.deep(n)
         return v0 if v1 is None else on_depth_line(v0, v1, d0, d1, depth)
 
-    def correction(self, n: int) -> float:
+    def correction(self, n: int, threads: int | None = None) -> float:
         """Measured V(1)/V(n) over the shape's for blocks of about n tokens, from adjacent plain and drafting
-        rounds (1: none yet)."""
-        pairs = self.pairs.get(pair_class(n))
+        rounds on `threads` (None: the last round's; 0: all; 1: none yet)."""
+        pairs = self.pairs.get((self.threads if threads is None else threads, pair_class(n)))
         return statistics.median(pairs) if pairs else 1.0
 
     def verify_cost(self, n: int) -> float | None:
@@ -369,16 +377,17 @@ class CostModel:
         shape = self.shape(n, depth)
         return seconds / shape if shape else None
 
-    def plain_price(self, n: int, seconds: float, depth: int | None = None) -> float | None:
+    def plain_price(self, n: int, seconds: float, depth: int | None = None, threads: int | None = None) -> float | None:
         """What one plain decoding token (V(1) and a plain round's overhead) cost at the speed of a
-        round that verified n tokens in `seconds` at `depth`: the same minute's price, not the load-time
-        one, with the shape's V(1)/V(n) at that depth as the adjacent pairs measured it."""
+        round that verified n tokens in `seconds` at `depth` on `threads` (as `correction`): the same
+        minute's price, not the load-time one, with the shape's V(1)/V(n) at that depth as the adjacent
+        pairs on those threads measured it."""
         if n == 1:
             return seconds + self.round_overhead(0)
         ratio, shape1 = self.speed_ratio(n, seconds, depth), self.shape(1, depth)
         if ratio is None or not shape1:
             return None
-        return shape1 * ratio * self.correction(n) + self.round_overhead(0)
+        return shape1 * ratio * self.correction(n, threads) + self.round_overhead(0)
 
     def new_reply(self, depth: int | None = None) -> None:
         """A reply starts at another depth in the context (`depth`: its prompt's length), maybe under another
@@ -388,23 +397,28 @@ class CostModel:
         self.pairs.clear()
         self.depth = depth
 
-    def _learn_pair(self, n: int, seconds: float, calm: bool, depth: int | None = None) -> None:
-        last, self._last = self._last, (n, seconds, calm, depth)
-        if last is None or (last[0] == 1) == (n == 1) or not (calm and last[2]):
-            return  # not a plain round beside a drafting one, or one of them ran beside other work
-        (_, t1, _, d1), (nn, tn, _, dn) = (last, self._last) if last[0] == 1 else (self._last, last)
+    def _learn_pair(self, n: int, seconds: float, calm: bool, depth: int | None, threads: int) -> None:
+        last, self._last = self._last, (n, seconds, calm, depth, threads)
+        if last is None or (last[0] == 1) == (n == 1) or not (calm and last[2]) or last[4] != threads:
+            return  # not a plain round beside a drafting one on as many threads, or one ran beside other work
+        (_, t1, _, d1, _), (nn, tn, _, dn, _) = (last, self._last) if last[0] == 1 else (self._last, last)
         s1, sn = self.shape(1, d1), self.shape(nn, dn)
         if s1 and sn and tn > 0 and t1 > 0:
-            self.pairs.setdefault(pair_class(nn), deque(maxlen=PAIRS)).append((t1 / tn) / (s1 / sn))
+            self.pairs.setdefault((threads, pair_class(nn)), deque(maxlen=PAIRS)).append((t1 / tn) / (s1 / sn))
 
-    def observe_verify(self, n: int, seconds: float, share: float = 1.0, depth: int | None = None) -> None:
-        """A real round at `depth`: the speed follows it, and a plain round next to a drafting one corrects
-        the shape. The shape's points themselves change only while it has fewer than two (nothing
-        calibrated: a session told not to measure learns them from its first rounds)."""
+    def observe_verify(self, n: int, seconds: float, share: float = 1.0, depth: int | None = None,
+                       threads: tuple[int, int] | None = None) -> None:
+        """A real round at `depth` on `threads` (RoundOutcome.threads): the speed follows it, and a plain
+        round next to a drafting one on as many threads corrects the shape for them (a pass on fewer threads
+        than loaded, undisturbed on those, teaches their pairs; only one on all of them counts as quiet for
+        the kept calibration). The shape's points themselves change only while it has fewer than two
+        (nothing calibrated: a session told not to measure learns them from its first rounds)."""
         if self.verify(n) is None or (n not in self.verify.by_size and len(self.verify.by_size) < 2):
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
-        self._learn_pair(n, seconds, not disturbed(share), depth)
+        self.threads = threads[0] if threads is not None else 0
+        ran_share = share if threads is None else min(1.0, share * threads[1] / threads[0])
+        self._learn_pair(n, seconds, not disturbed(ran_share), depth, self.threads)
         ratio = self.speed_ratio(n, seconds, depth)
         self.speed.add(ratio)
         if not disturbed(share):
@@ -414,7 +428,7 @@ class CostModel:
 
     def record(self, o: RoundOutcome) -> None:
         """Every round, whatever the policy: the estimated speedup needs these too."""
-        self.observe_verify(o.drafted + 1, o.verify_s, o.share, o.depth)
+        self.observe_verify(o.drafted + 1, o.verify_s, o.share, o.depth, o.threads)
         if o.depth is not None:
             self.depth = o.depth + o.accepted + 1  # where the next round verifies
         self.overhead.add(o.overhead_s)

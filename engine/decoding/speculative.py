@@ -241,7 +241,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
-            aside=judged_aside(draft.aside, new), depth=depth,
+            aside=judged_aside(draft.aside, new), depth=depth, threads=_fewer_threads(target),
         )
         policy.observe(outcome)
         if control is not None:
@@ -324,7 +324,7 @@ def generate(
             rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
             emitted=len(texts), draft_s=draft_s, verify_s=r.outcome.verify_s,
             drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty, totals=totals,
-            threads=_fewer_threads(target),
+            threads=r.outcome.threads,
         ))
         for i, piece in enumerate(texts):
             tok = r.tokens[i]
@@ -370,6 +370,6 @@ def generate(
 
 
 def _fewer_threads(model: LlamaModel) -> tuple[int, int] | None:
-    """(threads now, threads loaded) where the model runs on fewer than it was loaded with, else None."""
-    now = model.threads_now[0]
-    return (now, model.n_threads) if now < model.n_threads else None
+    """(threads, threads loaded) where the model's last pass ran on fewer than it was loaded with, else None."""
+    ran, loaded = model.last_threads
+    return (ran, loaded) if ran < loaded else None

@@ -39,8 +39,9 @@ class PlainEstimate:
         self.ratios: list[float] = []
         self._seconds: list[float] = []  # each priced round's verify time, beside its ratio
         self._costs: CostModel | None = None
-        # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference, depth)
-        self._by_size: dict[tuple[int, bool, int | None], float] = {}
+        # kept x seconds, per (block size, whether the model drafter had just run: CostModel.interference, depth,
+        # threads: RoundOutcome.threads, 0 for all)
+        self._by_size: dict[tuple[int, bool, int | None, int], float] = {}
         self._after_model = False
 
     def add_round(self, costs: CostModel, o: RoundOutcome, kept: int, ended: bool = False) -> None:
@@ -50,7 +51,8 @@ class PlainEstimate:
         n = o.drafted + 1
         model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
         after_model, self._after_model = model or (n == 1 and self._after_model), model
-        if costs.plain_price(n, o.verify_s, o.depth) is None:
+        threads = o.threads[0] if o.threads is not None else 0
+        if costs.plain_price(n, o.verify_s, o.depth, threads) is None:
             return
         self._costs = costs
         self.rounds += 1
@@ -61,8 +63,9 @@ class PlainEstimate:
         priced = kept + (1 if ended else 0)
         # Rounds are summed per key (the price is linear in the seconds), and the key is re-priced every
         # round event: the depth goes in only where it moves the price (a block, with the shape at two
-        # depths), so a plain reply stays at one key, not one per round.
-        size = (n, after_model, o.depth if n > 1 and costs.depths[1] > costs.depths[0] else None)
+        # depths), so a plain reply stays at one key, not one per round; the threads, because a block's
+        # V(1)/V(n) on one thread is not the one on two.
+        size = (n, after_model, o.depth if n > 1 and costs.depths[1] > costs.depths[0] else None, threads)
         self._by_size[size] = self._by_size.get(size, 0.0) + priced * o.verify_s
         self.tokens += kept
         self.passes += priced
@@ -73,8 +76,8 @@ class PlainEstimate:
         if c is None:
             return 0.0
         total = self.passes * c.round_overhead(0)
-        for (n, after_model, depth), s in self._by_size.items():
-            v1 = c.plain_price(n, s, depth) - c.round_overhead(0)  # linear in the seconds
+        for (n, after_model, depth, threads), s in self._by_size.items():
+            v1 = c.plain_price(n, s, depth, threads) - c.round_overhead(0)  # linear in the seconds
             total += v1 / c.interference if after_model else v1
         return total
 
