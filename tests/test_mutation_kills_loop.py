@@ -120,7 +120,7 @@ class Recording(FixedK):
         super().__init__(k)
         self.requests, self.outcomes = [], []
 
-    def request(self, limit, behind=0, remaining=None):
+    def request(self, limit, behind=0, remaining=None, judgeable=0):
         self.requests.append((limit, behind, remaining))
         return super().request(limit, behind, remaining)
 

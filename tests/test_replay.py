@@ -257,12 +257,14 @@ def test_a_prompt_is_read_into_the_model_drafter_only_where_the_reply_repays_the
     does so only where what drafting saves over the reply repays the whole read (a probe is charged only
     part of it). The benchmark's prompts replayed with their prompts read, on the fast copy's costs, lookup
     + model (geometric mean / worst against plain): 1.299 / 0.951; with the read priced as a probe's
-    share, a translation read its 61-token prompt for one kept token of three drafted: 1.286 / 0.864."""
+    share, a translation read its 61-token prompt for one kept token of three drafted: 1.286 / 0.864. With a
+    look before the first model draft (policy.LOOK_TOKENS): 1.309 / 0.936, the worst an explanation whose
+    drafter was right from its first token (0.951 without the look), which now waits six plain rounds."""
     _, traces = load_traces(BENCH / "zen5_traces.jsonl")
     assert all(t.prompt > 40 for t in traces)
     speedups = [simulate(t, ZEN5_FAST, auto_policy("lookup+model"), "lookup+model").rate
                 / simulate(t, ZEN5_FAST, fixed_policy(0), "lookup+model").rate for t in traces]
-    assert geomean(speedups) >= 1.29 and min(speedups) >= 0.94, speedups
+    assert geomean(speedups) >= 1.30 and min(speedups) >= 0.93, speedups
 
 
 def test_a_fixed_k_pays_for_the_prompt_its_drafter_reads_at_prefill():

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.decoding.history_index import HistoryIndex
 from engine.decoding.llama_backend import LlamaModel, Logits
-from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest, lookup_key
+from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest, look_windows, lookup_key
 from engine.decoding.sampling import Distribution, SamplingParams, distribution, top_prob
 from engine.errors import Interrupted
 
@@ -62,6 +62,9 @@ class Draft:
     aside: list[tuple[DraftKey, list[int]]] = field(default_factory=list)
     """Free proposals (lookup, history) the policy pruned away whole: the round's own tokens judge
     them at no cost (policy.RoundOutcome.aside)."""
+    judged: tuple[tuple[DraftKey, int, int], ...] = ()
+    """A model drafter's look (DraftRequest.look): its predictions of tokens the target already gave,
+    judged as drafts (key, tokens judged, of those kept from the first: policy.look_windows)."""
 
     @property
     def kind(self) -> DraftKind:
@@ -69,7 +72,7 @@ class Draft:
 
     def truncated(self, n: int) -> "Draft":
         return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.key, self.asked,
-                     self.catchup_s, self.catchup_tokens, self.confidence[:n], self.aside)
+                     self.catchup_s, self.catchup_tokens, self.confidence[:n], self.aside, self.judged)
 
 
 #: A drafter's long reads (the prompt, a backlog) go in blocks of this many tokens, a stop request
@@ -172,6 +175,9 @@ class ModelDrafter(Drafter):
                 rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
         k, p_min = request.model_k, request.p_min  # p_min: stop drafting below this top probability
         draft = Draft(key=MODEL_KEY, asked=k)
+        if request.look > 0:
+            self._look(context, request.look, draft, stop)
+            return draft
         if k <= 0:
             return draft
         m = self.model
@@ -202,6 +208,26 @@ class ModelDrafter(Drafter):
             row = m.decode([tok], Logits.LAST)[0]
         draft.seconds = time.perf_counter() - t0
         return draft
+
+    def _look(self, context: Sequence[int], n: int, draft: Draft, stop: threading.Event | None) -> None:
+        """Read the backlog up to context[:-1], with logits for the rows that predict its last n tokens:
+        greedy drafts from those positions keep exactly the tokens the argmax agrees on (with sampling, a
+        close estimate). Timed as a catch-up; drafts nothing."""
+        m = self.model
+        have = m.sync(context[:-1])
+        n = min(n, len(context) - 1 - have)
+        t0 = time.perf_counter()
+        read = _read(m, context[have : len(context) - 1 - n], stop)
+        if have + read == len(context) - 1 - n and n > 0 and not (stop is not None and stop.is_set()):
+            try:
+                rows = m.decode(context[-1 - n : -1], Logits.ALL)  # row i predicts context[-n + i]
+            except Interrupted:
+                rows = None
+            if rows is not None:
+                read += n
+                guesses = np.argmax(rows[:, : self.target_vocab], axis=1)
+                draft.judged = look_windows([int(g) == int(t) for g, t in zip(guesses, context[-n:])])
+        draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, read
 
     def commit(self, context: Sequence[int]) -> None:
         # Keep the KV of drafted tokens the target accepted: they are never decoded twice.

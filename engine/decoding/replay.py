@@ -20,7 +20,8 @@ import numpy as np
 from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
 from engine.decoding.events import Certainty
 from engine.decoding.policy import (
-    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome, lookup_key,
+    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome, look_windows,
+    lookup_key,
 )
 from engine.decoding.verdict import ControlRounds, PlainEstimate
 
@@ -183,7 +184,8 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
     while t < n:
         slow = load(res.seconds)
         behind = t + 1 - read
-        req = DraftRequest() if controls is not None and controls.due(n - t) else policy.request(n - t - 1, behind, n - t)
+        req = (DraftRequest() if controls is not None and controls.due(n - t)
+               else policy.request(n - t - 1, behind, n - t, max(0, min(t, behind - 1))))
         key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
         draft_s = catchup_s = 0.0
         catchup_n = 0
@@ -196,7 +198,13 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
             accepted = min(right, drafted)
             if drafted == 0:
                 aside = (key, offered, right)
-        if drafted == 0 and use_model and req.model_k > 0:
+        judged_look: tuple = ()
+        if drafted == 0 and use_model and req.look > 0:  # as ModelDrafter._look: the backlog read, nothing drafted
+            catchup_n = behind - 1
+            catchup_s = profile.catchup(catchup_n)
+            judged_look = look_windows([trace.model_match[p] == "1" for p in range(t - req.look, t)])
+            read = t
+        elif drafted == 0 and use_model and req.model_k > 0:
             key, k = DraftKey(DraftKind.MODEL), req.model_k
             drafted = k
             accepted = min(trace.model_run(t), k)
@@ -213,7 +221,7 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
         judged = () if aside is None else ((aside[0], min(aside[1], accepted + 1), min(aside[2], accepted + 1)),)
         o = RoundOutcome(k=k, drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s,
                          overhead_s=overhead_s, key=key, catchup_s=catchup_s, catchup_tokens=catchup_n,
-                         aside=judged)
+                         aside=judged + judged_look)
         emitted = min(accepted + 1, n - t)
         verdict.add_round(costs, o, emitted)
         costs.record(o)

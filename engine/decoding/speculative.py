@@ -132,12 +132,13 @@ def prefill(target: LlamaModel, prompt: Sequence[int], drafter: Drafter | None, 
 
 def draft_step(drafter: Drafter | None, policy: DraftPolicy, ctx: list[int], limit: int, remaining: int,
                params: SamplingParams, rng: np.random.Generator, stop: threading.Event | None,
-               p_min: float = 0.0) -> Draft:
+               p_min: float = 0.0, emitted: int = 0) -> Draft:
     """1. draft: what the policy asks for (with the reply's confidence cut-off `p_min`), pruned to what it
-    thinks is worth verifying."""
+    thinks is worth verifying. `emitted`: the reply's tokens so far (a look judges those a drafter has not read)."""
     if drafter is None:
         return _NO_DRAFT
-    request = policy.request(limit, drafter.behind(ctx), remaining)
+    behind = drafter.behind(ctx)
+    request = policy.request(limit, behind, remaining, max(0, min(emitted, behind - 1)))
     if not request.any:
         return _NO_DRAFT
     if p_min:  # the policy chooses lengths; the cut-off is the reply's own
@@ -221,7 +222,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             if control is not None and control.due(max_tokens - emitted):
                 draft = _NO_DRAFT  # a plain round, so the verdict has V(1) from this minute (verdict.ControlRounds)
             else:
-                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop, p_min)
+                draft = draft_step(drafter, policy, ctx, limit, max_tokens - emitted, params, rng, stop, p_min, emitted)
             if stop is not None and stop.is_set():
                 return  # asked while drafting: the round ends before its verification pass
             rows, verify_s = verify(target, ctx, draft)
@@ -241,7 +242,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         outcome = RoundOutcome(
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
-            aside=judged_aside(draft.aside, new), depth=depth, threads=_fewer_threads(target),
+            aside=judged_aside(draft.aside, new) + draft.judged, depth=depth, threads=_fewer_threads(target),
         )
         policy.observe(outcome)
         if control is not None:

@@ -1,0 +1,153 @@
+"""A model drafter nothing has judged yet looks before it drafts (DraftRequest.look): it reads its
+backlog and its own next-token predictions of the reply's last tokens, judged against the target's,
+teach Auto what a first draft would have, for the read alone.
+
+Checked against values written here, against the drafter decoded one token at a time (another path
+through llama.cpp than the look's batched read), and on a real reply of the tiny pair."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.decoding.drafters import Draft, ModelDrafter
+from engine.decoding.events import DraftKind
+from engine.decoding.llama_backend import LlamaModel, Logits, LoadSettings
+from engine.decoding.policy import (LOOK_MAX, LOOK_TOKENS, LOOK_WINDOW, MODEL_KEY, AutoK, CostModel, DraftKey,
+                                    DraftRequest, NoDraft, RoundOutcome, look_windows)
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculative import prefill, rounds
+
+
+def test_a_looks_judgements_are_a_draft_of_four_from_every_position():
+    assert LOOK_WINDOW == 4
+    agree = [True, True, False, True, True, True, True, True, False]
+    assert look_windows(agree) == ((MODEL_KEY, 4, 2), (MODEL_KEY, 4, 1), (MODEL_KEY, 4, 0), (MODEL_KEY, 4, 4), (MODEL_KEY, 4, 4),
+                                   (MODEL_KEY, 4, 3), (MODEL_KEY, 3, 2), (MODEL_KEY, 2, 1), (MODEL_KEY, 1, 0))
+    assert look_windows([]) == ()
+    lk = DraftKey(DraftKind.LOOKUP, 2)
+    assert look_windows([True] * 3, lk) == ((lk, 3, 3), (lk, 2, 2), (lk, 1, 1))  # near the end, what is known
+
+
+def blocks(verify: dict[int, float]) -> CostModel:
+    """A drafter at 5% of a target step and cheap reads: on its prior (0.8) a model drafter is worth drafting."""
+    c = CostModel()
+    for n, v in verify.items():
+        c.add_verify(n, v)
+    c.draft_per_token.add(0.005)
+    for n, v in ((16, 0.005), (64, 0.01), (512, 0.05)):
+        c.catchup.add(n, v)
+    c.plain_overhead.add(0.0)
+    return c
+
+
+#: A CPU's: a wholly rejected 16-token draft costs over 3 plain rounds (AutoK.cautious).
+CPU = {1: 0.1, 2: 0.16, 4: 0.19, 8: 0.24, 16: 0.3, 17: 0.31}
+#: A GPU's: blocks cost next to one token.
+GPU = {1: 0.1, 2: 0.102, 4: 0.106, 8: 0.114, 16: 0.13, 17: 0.131}
+
+
+def test_auto_looks_at_an_unjudged_model_drafter_once_the_reply_has_tokens_to_judge():
+    auto = AutoK(blocks(CPU))
+    assert auto.cautious()
+    # The prompt (100 tokens) is unread: no draft on the prior; a look once 8 reply tokens are in the backlog.
+    for judgeable in range(LOOK_TOKENS):
+        assert auto.request(16, 101 + judgeable, 200, judgeable) == DraftRequest(0, 16)
+    assert auto.request(16, 109, 200, 8) == DraftRequest(0, 16, look=8)
+    assert auto.request(16, 140, 200, 39) == DraftRequest(0, 16, look=LOOK_MAX)
+    # A drafter with nothing to read (the backlog is the reply's own tokens) drafts on its prior.
+    assert auto.request(16, 9, 200, 8).model_k > 0
+    assert auto.request(16, 1, 200, 0).model_k > 0
+
+
+def test_where_blocks_cost_next_to_one_token_the_prior_drafts_at_once():
+    auto = AutoK(blocks(GPU))
+    assert not auto.cautious()
+    req = auto.request(16, 101, 200, 0)
+    assert req.look == 0 and req.model_k > 0
+
+
+@pytest.mark.parametrize("agrees", [True, False])
+def test_what_a_look_judged_decides_the_next_round(agrees):
+    auto = AutoK(blocks(CPU))
+    judged = look_windows([agrees] * 16)
+    auto.observe(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, key=MODEL_KEY,
+                              catchup_s=0.05, catchup_tokens=116, aside=judged))
+    assert auto.table(MODEL_KEY).rounds == 16
+    req = auto.request(16, 2, 200, 1)
+    assert req.look == 0
+    if agrees:
+        assert req.model_k >= 4
+    else:
+        assert req.model_k == 0  # 16 of 16 predictions wrong: no draft, and the probe budget starts again
+    # Once judged, a backlog is read for a draft, never looked at again.
+    assert auto.request(16, 300, 200, 50).look == 0
+
+
+def one_at_a_time(path, tokens: list[int], n: int, vocab: int) -> list[bool]:
+    """The drafter's argmax after each of the last n prefixes, each decoded one token at a time in a fresh model."""
+    m = LlamaModel(path, LoadSettings(n_ctx=256))
+    try:
+        out = []
+        for i, tok in enumerate(tokens[:-1]):
+            row = m.decode([tok], Logits.LAST)[0]
+            if i + 1 >= len(tokens) - n:
+                out.append(int(np.argmax(row[:vocab])) == tokens[i + 1])
+        return out
+    finally:
+        m.close()
+
+
+def test_a_look_judges_the_drafters_own_predictions_of_the_replys_tokens(tiny):
+    target = LlamaModel(tiny["target"], LoadSettings(n_ctx=256))
+    drafter = LlamaModel(tiny["drafter"], LoadSettings(n_ctx=256))
+    try:
+        # The context as the target wrote it: its own greedy continuation of a prompt.
+        ctx = target.tokenize("the model is fast and the")
+        rows = target.decode(ctx, Logits.LAST)
+        for _ in range(20):
+            tok = int(np.argmax(rows[0]))
+            ctx.append(tok)
+            rows = target.decode([tok], Logits.LAST)
+        want = one_at_a_time(tiny["drafter"], ctx, 12, target.n_vocab)
+        md = ModelDrafter(drafter, target.n_vocab)
+        draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0))
+        assert draft.tokens == [] and draft.catchup_tokens == len(ctx) - 1
+        assert draft.judged == look_windows(want)
+        assert drafter.kv == ctx[:-1]  # caught up: the next draft reads only the last token
+        # Half read already: the look reads the rest and judges no more than it has unread.
+        drafter.truncate(len(ctx) - 6)
+        draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0))
+        assert draft.catchup_tokens == 5 and draft.judged == look_windows(want[-5:])
+    finally:
+        drafter.close()
+        target.close()
+
+
+def reply(target, prompt, drafter=None, policy=None, n=40):
+    target.clear()
+    ctx, _ = prefill(target, prompt, drafter, policy or NoDraft(), None)
+    return list(rounds(target, ctx, SamplingParams(), drafter, policy or NoDraft(), n, None, np.random.default_rng(0)))
+
+
+def test_a_reply_on_auto_drafts_with_the_model_only_after_a_look_and_says_the_same(tiny):
+    """The real loop on the tiny pair, Auto priced as a CPU: plain rounds until the reply has LOOK_TOKENS
+    tokens, one round that reads the prompt and judges them (drafting nothing), then model drafts."""
+    target = LlamaModel(tiny["target"], LoadSettings(n_ctx=256))
+    drafter = LlamaModel(tiny["drafter"], LoadSettings(n_ctx=256))
+    try:
+        prompt = target.tokenize("the model is fast the model is fast")
+        plain = [t for r in reply(target, prompt) for t in r.tokens]
+        want = one_at_a_time(tiny["drafter"], prompt + plain, len(plain), target.n_vocab)
+        auto = AutoK(blocks(CPU))
+        got = reply(target, prompt, ModelDrafter(drafter, target.n_vocab), auto)
+        assert [t for r in got for t in r.tokens] == plain
+        look = next(i for i, r in enumerate(got) if r.outcome.aside)
+        assert sum(len(r.tokens) for r in got[:look]) == LOOK_TOKENS
+        assert all(not r.draft.tokens for r in got[: look + 1])  # nothing drafted before or at the look
+        o = got[look].outcome
+        assert o.catchup_tokens == len(prompt) - 1 + LOOK_TOKENS and o.drafted == 0
+        assert o.aside == look_windows(want[:LOOK_TOKENS])  # the drafter's own guesses, one token at a time
+        assert any(want[:LOOK_TOKENS]) and any(r.draft.kind is DraftKind.MODEL for r in got[look + 1 :])
+    finally:
+        drafter.close()
+        target.close()
