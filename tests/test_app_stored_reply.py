@@ -2,6 +2,7 @@
 must not build every event first), and gives then exactly what was written: values written out here."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -10,7 +11,7 @@ from app.chat.chat_view import ChatView, ViewOptions  # noqa: E402
 from app.chat.message_labels import footer  # noqa: E402
 from app.chat.token_story import token_story  # noqa: E402
 from app.core.theme import Mark  # noqa: E402
-from app.history.records import UNREADABLE, Role  # noqa: E402
+from app.history.records import UNREADABLE, Role, round_from_dict  # noqa: E402
 from app.history.store import ChatStore  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource  # noqa: E402
 from test_app_chat_view import (PIECES, SHOWN, TEXT, make_view, merged, rounds_for, stats,  # noqa: E402
@@ -132,3 +133,19 @@ def test_unreadable_rows_cost_the_token_view_not_the_text(qtbot):
     story = token_story(m, Mark.CORRECTION, 2, 1)
     assert "token “,” (id 103), position 3 in the reply" in story and "round 1 draft" not in story
     assert m.rounds == {} and m.error == UNREADABLE and len(m.tokens) == 9
+
+
+def test_a_round_where_the_drafter_looked_tells_its_story_and_the_store_keeps_it():
+    """Round 3 drafted nothing: Auto's drafter caught up and guessed 4 of the reply's last 6 tokens (a look,
+    engine.decoding.policy.DraftRequest.look); its 80 ms were reading, not drafting."""
+    looked = [*ROUNDS[:2], dataclasses.replace(ROUNDS[2], looked=(6, 4), draft_s=0.08)]
+    store = ChatStore()
+    conv = store_reply(store, TOKENS, looked, DoneEvent(FinishReason.STOP, TEXT_1, stats(9)), TEXT_1)
+    m = store.messages(conv)[1]
+    story = token_story(m, Mark.TARGET, 8, 3)
+    assert m.rounds[3].looked == (6, 4) and m.rounds[1].looked is None
+    assert "the drafter caught up and guessed 4 of the reply's last 6 tokens" in story
+    assert "reading 80.0 ms · verifying 18.0 ms" in story and "no draft (plain decoding)" not in story
+    assert "drafting 4.0 ms" in token_story(m, Mark.ACCEPTED, 0, 1)  # a round that drafted
+    for bad in (["x", 1], [1], [True, 2], "6,4", {"n": 6}):
+        assert round_from_dict(dict(ROUNDS[2].to_dict(), looked=bad)).looked is None

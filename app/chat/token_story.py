@@ -28,9 +28,14 @@ def token_story(m: Message, mark: Mark, index: int, round_: int) -> str:
                 parts.append(f"✓{q}" if i < r.accepted else f"<s>✗{q}</s>")
             lines.append(f"round {round_} draft ({r.drafter}, k={r.k}): " + " ".join(parts))
             lines.append(f"kept {r.accepted} of {len(r.drafted_text)} · emitted {r.emitted}")
+        elif r.looked:
+            n, right = r.looked
+            lines.append(f"round {round_}: no draft: the drafter caught up and guessed {right} of the reply's "
+                         f"last {n} tokens as the target wrote them (Auto looks before it drafts)")
         else:
             lines.append(f"round {round_}: no draft (plain decoding)")
-        lines.append(f"drafting {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
+        doing = "reading" if r.looked and not r.drafted_text else "drafting"
+        lines.append(f"{doing} {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
     return "<br>".join(lines)
 
 

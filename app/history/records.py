@@ -122,9 +122,15 @@ def round_from_dict(d: dict[str, Any]) -> RoundEvent:
     if totals is not None and not isinstance(totals, dict):
         raise ValueError("a round's totals must be an object")
     kw["totals"] = RoundTotals.from_dict(totals) if totals else None  # None: stored before rounds carried them
-    threads = kw.get("threads")
-    kw["threads"] = (int(threads[0]), int(threads[1])) if isinstance(threads, (list, tuple)) and len(threads) == 2 else None
+    kw["threads"], kw["looked"] = _pair(kw.get("threads")), _pair(kw.get("looked"))
     return RoundEvent(**kw)
+
+
+def _pair(v: Any) -> tuple[int, int] | None:
+    """Two whole numbers as stored (a JSON list), or None for anything else."""
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return int(v[0]), int(v[1])
+    return None
 
 
 def rounds_by_number(rounds: Sequence[RoundEvent]) -> dict[int, RoundEvent]:

@@ -218,6 +218,9 @@ class RoundEvent:
     threads: tuple[int, int] | None = None
     """(threads the target ran on, threads it was loaded with) where it ran on fewer because other programs
     kept cores busy (engine.decoding.thread_governor); None: on all of them."""
+    looked: tuple[int, int] | None = None
+    """The model drafter looked this round instead of drafting (policy.DraftRequest.look): (the reply's
+    tokens it guessed, of those right as the target wrote them); `draft_s` is its read. None: no look."""
 
     type: str = field(default="round", init=False)
 

@@ -325,7 +325,7 @@ def generate(
             rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
             emitted=len(texts), draft_s=draft_s, verify_s=r.outcome.verify_s,
             drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty, totals=totals,
-            threads=r.outcome.threads,
+            threads=r.outcome.threads, looked=_looked(draft),
         ))
         for i, piece in enumerate(texts):
             tok = r.tokens[i]
@@ -368,6 +368,13 @@ def generate(
     if not watch.stopped:
         shown.append(text.flush())  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
     yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(note))
+
+
+def _looked(draft: Draft) -> tuple[int, int] | None:
+    """(positions a look judged, of those the drafter guessed right: its judgements' first tokens), or None."""
+    if not draft.judged:
+        return None
+    return len(draft.judged), sum(1 for _, _, kept in draft.judged if kept)
 
 
 def _fewer_threads(model: LlamaModel) -> tuple[int, int] | None:
