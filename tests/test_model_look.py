@@ -6,6 +6,8 @@ Checked against values written here, against the drafter decoded one token at a 
 through llama.cpp than the look's batched read), and on a real reply of the tiny pair."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,7 @@ def test_auto_looks_at_an_unjudged_model_drafter_once_the_reply_has_tokens_to_ju
     for judgeable in range(LOOK_TOKENS):
         assert auto.request(16, 101 + judgeable, 200, judgeable) == DraftRequest(0, 16)
     assert auto.request(16, 109, 200, 8) == DraftRequest(0, 16, look=8)
+    assert auto.request(16, 10, 200, 8) == DraftRequest(0, 16, look=8)  # one token not the reply's: still a read
     assert auto.request(16, 140, 200, 39) == DraftRequest(0, 16, look=LOOK_MAX)
     # A drafter with nothing to read (the backlog is the reply's own tokens) drafts on its prior.
     assert auto.request(16, 9, 200, 8).model_k > 0
@@ -118,6 +121,23 @@ def test_a_look_judges_the_drafters_own_predictions_of_the_replys_tokens(tiny):
         drafter.truncate(len(ctx) - 6)
         draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0))
         assert draft.catchup_tokens == 5 and draft.judged == look_windows(want[-5:])
+        assert 0 < draft.catchup_s < 10  # timed as a read
+        # Caught up: nothing to read or judge. A look at one token judges that one.
+        draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0))
+        assert (draft.catchup_tokens, draft.judged, draft.catchup_s < 10) == (0, (), True)
+        drafter.truncate(len(ctx) - 3)
+        draft = md.propose(ctx, DraftRequest(look=1), SamplingParams(), np.random.default_rng(0))
+        assert draft.catchup_tokens == 2 and draft.judged == look_windows(want[-1:])
+        # A stop request set before the look: nothing is read, nothing judged, no draft.
+        drafter.truncate(len(ctx) - 6)
+        stop = threading.Event()
+        stop.set()
+        draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0), stop=stop)
+        assert (draft.tokens, draft.judged, draft.catchup_tokens) == ([], (), 0)
+        assert drafter.kv == ctx[: len(ctx) - 6]
+        drafter.truncate(len(ctx) - 13)  # only the judged tokens unread: the stop still ends the look
+        draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0), stop=stop)
+        assert (draft.judged, draft.catchup_tokens) == ((), 0) and drafter.kv == ctx[: len(ctx) - 13]
     finally:
         drafter.close()
         target.close()

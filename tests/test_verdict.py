@@ -486,3 +486,16 @@ def test_a_pair_across_a_change_of_threads_or_on_a_shared_core_is_not_learned():
     assert not c.pairs  # its neighbour was the disturbed plain round
     c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.2, key=none, share=0.45, threads=(1, 2)))
     assert {k: list(v) for k, v in c.pairs.items()} == {(1, 3): [pytest.approx((0.2 / 0.36) / (0.1 / 0.25))]}
+
+
+@pytest.mark.parametrize("share,learned", [(0.2, False), (0.45, True)])
+def test_on_two_of_four_threads_a_pass_is_judged_by_the_share_of_those_two(share, learned):
+    """Two of four threads that got 0.45 of four threads' time had 0.9 of their own: undisturbed; 0.2 of
+    four is 0.4 of two: beside other work."""
+    c = CostModel()
+    for n, v in ((1, 0.1), (5, 0.25)):
+        c.add_verify(n, v)
+    for drafted, seconds in ((0, 0.2), (4, 0.36)):
+        c.record(RoundOutcome(k=drafted, drafted=drafted, accepted=drafted, draft_s=0.0, verify_s=seconds,
+                              key=DraftKey(DraftKind.MODEL if drafted else DraftKind.NONE), share=share, threads=(2, 4)))
+    assert bool(c.pairs.get((2, 3))) is learned
