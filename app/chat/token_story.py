@@ -34,7 +34,7 @@ def token_story(m: Message, mark: Mark, index: int, round_: int) -> str:
                          f"last {n} tokens as the target wrote them (Auto looks before it drafts)")
         else:
             lines.append(f"round {round_}: no draft (plain decoding)")
-        doing = "reading" if r.looked and not r.drafted_text else "drafting"
+        doing = "reading" if r.looked else "drafting"  # a look drafts nothing
         lines.append(f"{doing} {r.draft_s * 1000:.1f} ms · verifying {r.verify_s * 1000:.1f} ms")
     return "<br>".join(lines)
 

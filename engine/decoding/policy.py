@@ -283,6 +283,11 @@ def look_windows(agree: list[bool], key: DraftKey | None = None) -> tuple[tuple[
     return tuple(out)
 
 
+def ran_on(threads: tuple[int, int] | None) -> int:
+    """The thread count pairs are learned and priced per (RoundOutcome.threads): 0 for all the threads loaded."""
+    return threads[0] if threads is not None else 0
+
+
 def pair_class(n: int) -> int:
     """Blocks whose V(1)/V(n) one correction covers: 2, 3-4, 5-8, 9-16, 17-32 tokens."""
     return (n - 1).bit_length()
@@ -439,7 +444,7 @@ class CostModel:
         if self.verify(n) is None or (n not in self.verify.by_size and len(self.verify.by_size) < 2):
             self.verify.add(n, seconds / (self.speed.value or 1.0))
             return
-        self.threads = threads[0] if threads is not None else 0
+        self.threads = ran_on(threads)
         ran_share = share if threads is None else min(1.0, share * threads[1] / threads[0])
         self._learn_pair(n, seconds, not disturbed(ran_share), depth, self.threads)
         ratio = self.speed_ratio(n, seconds, depth)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 from engine.decoding.events import Certainty, DraftKind
-from engine.decoding.policy import CostModel, RoundOutcome
+from engine.decoding.policy import CostModel, RoundOutcome, ran_on
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
 MIN_ROUNDS = 4
@@ -51,7 +51,7 @@ class PlainEstimate:
         n = o.drafted + 1
         model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
         after_model, self._after_model = model or (n == 1 and self._after_model), model
-        threads = o.threads[0] if o.threads is not None else 0
+        threads = ran_on(o.threads)
         if costs.plain_price(n, o.verify_s, o.depth, threads) is None:
             return
         self._costs = costs
@@ -63,8 +63,8 @@ class PlainEstimate:
         priced = kept + (1 if ended else 0)
         # Rounds are summed per key (the price is linear in the seconds), and the key is re-priced every
         # round event: the depth goes in only where it moves the price (a block, with the shape at two
-        # depths), so a plain reply stays at one key, not one per round; the threads, because a block's
-        # V(1)/V(n) on one thread is not the one on two.
+        # depths), so a plain reply stays at one key, not one per round; the threads, because pairs are
+        # learned per thread count (CostModel.pairs).
         size = (n, after_model, o.depth if n > 1 and costs.depths[1] > costs.depths[0] else None, threads)
         self._by_size[size] = self._by_size.get(size, 0.0) + priced * o.verify_s
         self.tokens += kept
