@@ -401,6 +401,40 @@ def test_decoded_rows_are_llama_cpps_own_also_after_its_logits_buffer_moves(tiny
         m.close()
 
 
+def test_tail_rows_are_the_last_tokens_rows_read_in_the_same_pass(tiny):
+    """Logits.TAIL (a drafter's look): one pass that reads a backlog and hands back rows for its last
+    tokens only. Each row must be llama.cpp's own for that token (llama_get_logits_ith), predict what
+    the same token's row predicts when those tokens are scored in a pass of their own, and the rows
+    must sit in the last batch of a read longer than one batch."""
+    import llama_cpp as lc
+
+    m = LlamaModel(tiny["target"], LoadSettings(n_ctx=256, n_batch=16))
+    try:
+        toks = m.tokenize(" ".join(PROMPTS * 4))[:40]
+        assert len(toks) == 40
+        rows = np.array(m.decode(toks, Logits.TAIL, tail=5))  # batches of 16, 16, 8: the 5 in the last
+        assert rows.shape == (5, m.n_vocab) and len(m.kv) == 40
+        for i in range(5):
+            ref = np.ctypeslib.as_array(lc.llama_get_logits_ith(m._ctx, i - 5), shape=(m.n_vocab,))
+            np.testing.assert_array_equal(rows[i], ref)
+        m.clear()
+        assert m.decode(toks[:35], Logits.NONE).shape == (0, m.n_vocab)
+        apart = np.array(m.decode(toks[35:], Logits.ALL))  # the same tokens' rows, in a pass of their own
+        assert np.allclose(rows, apart, atol=1e-3)
+        assert list(rows.argmax(axis=1)) == list(apart.argmax(axis=1))
+        assert not np.allclose(rows[0], rows[-1], atol=1e-3)  # distinct rows, in order
+        m.clear()
+        with pytest.raises(EngineError, match="last 9 of 40"):
+            m.decode(toks, Logits.TAIL, tail=9)  # the last batch holds 8
+        with pytest.raises(EngineError):
+            m.decode(toks, Logits.TAIL, tail=0)
+        with pytest.raises(EngineError):
+            m.decode(toks, Logits.TAIL)  # how many rows must be said
+        assert len(m.kv) == 0  # refused before anything was read
+    finally:
+        m.close()
+
+
 def test_bench_compares_auto_with_the_fixed_k_best_over_the_repeats_not_each_runs_luckiest():
     from engine.frontends.bench import RunResult, _best_fixed, summarise
 

@@ -117,6 +117,15 @@ def test_a_look_judges_the_drafters_own_predictions_of_the_replys_tokens(tiny):
         assert draft.tokens == [] and draft.catchup_tokens == len(ctx) - 1
         assert draft.judged == look_windows(want)
         assert drafter.kv == ctx[:-1]  # caught up: the next draft reads only the last token
+        # A backlog of several batches: the judged rows come with its last batch (as many as it holds).
+        small = LlamaModel(tiny["drafter"], LoadSettings(n_ctx=256, n_batch=8))
+        try:
+            look = ModelDrafter(small, target.n_vocab).propose(ctx, DraftRequest(look=12), SamplingParams(),
+                                                               np.random.default_rng(0))
+            assert (look.catchup_tokens, look.judged) == (len(ctx) - 1, look_windows(want[-8:]))
+            assert small.kv == ctx[:-1]
+        finally:
+            small.close()
         # Half read already: the look reads the rest and judges no more than it has unread.
         drafter.truncate(len(ctx) - 6)
         draft = md.propose(ctx, DraftRequest(look=12), SamplingParams(), np.random.default_rng(0))

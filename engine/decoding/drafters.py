@@ -215,16 +215,20 @@ class ModelDrafter(Drafter):
         close estimate). Timed as a catch-up; drafts nothing."""
         m = self.model
         have = m.sync(context[:-1])
-        n = min(n, len(context) - 1 - have)
+        backlog = context[have : len(context) - 1]
+        n = min(n, len(backlog), m.n_batch)
+        # The judged rows come with the backlog's last block, in its pass: a pass of their own cost
+        # the 0.5B drafter a fifth of a look here (147 ms against 119 for a 65-token prompt and 6 rows).
+        last = min(len(backlog), READ_BLOCK, m.n_batch)  # holds the n judged tokens (n <= n_batch)
         t0 = time.perf_counter()
-        read = _read(m, context[have : len(context) - 1 - n], stop)
-        if have + read == len(context) - 1 - n and n > 0 and not (stop is not None and stop.is_set()):
+        read = _read(m, backlog[: len(backlog) - last], stop)
+        if last and read == len(backlog) - last and not (stop is not None and stop.is_set()):
             try:
-                rows = m.decode(context[-1 - n : -1], Logits.ALL)  # row i predicts context[-n + i]
+                rows = m.decode(backlog[len(backlog) - last :], Logits.TAIL, tail=n)  # row i predicts context[-n + i]
             except Interrupted:
                 rows = None
             if rows is not None:
-                read += n
+                read += last
                 guesses = np.argmax(rows[:, : self.target_vocab], axis=1)
                 draft.judged = look_windows([int(g) == int(t) for g, t in zip(guesses, context[-n:])])
         draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, read
