@@ -6,13 +6,23 @@ bounds checks against the file's size and checks that every tensor's data lies i
 file. It uses the `gguf` package's constants (value types, quantization block sizes) but not
 its `GGUFReader`: that one builds a NumPy view per string and takes ~8 s on a 1.1 GB Qwen file,
 where this takes a fraction of a second. The tests check both agree.
+
+A launch asks about the same files several times (the model list, the drafter options, the copy for
+this CPU, the load itself): each file's answer is kept for the process while the file stays the same
+(engine.gguf_check.validation_counts says how often it was read and how often reused).
 """
 from __future__ import annotations
 
+import hashlib
 import mmap
+import os
 import struct
-from dataclasses import dataclass, field
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
@@ -48,17 +58,25 @@ _MAX_LISTED = 4096
 _GGML_MAGICS = (b"lmgg", b"fmgg", b"tjgg")
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class GGUFInfo:
-    """What a valid GGUF file says about itself."""
+    """What a valid GGUF file says about itself. Read-only: one answer is shared by every caller that
+    asks about the same file (validate_gguf keeps it)."""
 
     path: Path
+    """The file as it was asked for."""
     size: int
+    """Its size in bytes."""
     version: int
-    metadata: dict[str, Any]
-    tensors: list[tuple[str, tuple[int, ...], str, int]]  # name, shape, ggml type, bytes
+    """The GGUF version (2 or 3)."""
+    metadata: Mapping[str, Any]
+    """Key -> value, read-only; arrays as tuples (long and bulky ones as their length)."""
+    tensors: tuple[tuple[str, tuple[int, ...], str, int], ...]
+    """Per tensor: name, shape, ggml type, bytes."""
     n_params: int
-    tokens: list[str] = field(repr=False, default_factory=list)
+    """Elements of all tensors."""
+    tokens: tuple[str, ...] = field(repr=False, default=())
+    """The token texts, where they were read (read_tokens); else empty."""
 
     @property
     def architecture(self) -> str:
@@ -169,121 +187,227 @@ def _value(cur: _Cursor, vtype: int, key: str, keep: bool) -> Any:
 
 
 def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
-    """Validate the file's structure; raise ModelFileError naming what is wrong."""
+    """Validate the file's structure; raise ModelFileError naming what is wrong.
+
+    The answer is kept for this process while the file stays the same (path, size, modification time,
+    inode, and the header bytes it was read from): asking again costs a hash of the header instead of a walk.
+    A file changed or replaced since is read again, and a failure is never kept. An answer read with
+    the tokens also answers a request without them (its `tokens` are then filled)."""
     path = Path(path)
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}")
     if not path.is_file():
         raise ModelFileError(f"not a file: {path}")
-    size = path.stat().st_size
-    if size < 24:
-        raise ModelFileError(f"{path.name} is not a GGUF model: only {size} bytes")
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        cur = _Cursor(buf, size, path)
-        magic = cur.scalar("<I", 4, "magic")
-        if magic != GGUF_MAGIC:
-            if bytes(buf[:4]) in _GGML_MAGICS:
-                raise ModelFileError(
-                    f"{path.name} is an old GGML-format model (before GGUF, 2023): llama.cpp no longer reads it; "
-                    f"download a .gguf version of the model instead"
-                )
-            raise ModelFileError(
-                f"{path.name} is not a GGUF model: it starts with {bytes(buf[:4])!r}, not b'GGUF'"
-            )
-        version = cur.scalar("<I", 4, "version")
-        if version not in (2, 3) and int.from_bytes(version.to_bytes(4, "little"), "big") in (2, 3):
-            raise ModelFileError(f"{path.name} is a big-endian GGUF file; only little-endian files are supported")
-        if version not in (2, 3):
-            raise ModelFileError(f"{path.name} has GGUF version {version}; versions 2 and 3 are supported")
-        n_tensors = cur.scalar("<Q", 8, "tensor count")
-        n_kv = cur.scalar("<Q", 8, "metadata count")
-        if n_kv > _PLAUSIBLE_KV or n_tensors > _PLAUSIBLE_TENSORS:
-            raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
-        # Each entry takes at least 8+4 bytes: a count beyond that is a damaged header or a cut-short file.
-        if n_kv * 12 > size or n_tensors * 24 > size:
-            if n_kv <= _PLAUSIBLE_KV and n_tensors <= _PLAUSIBLE_TENSORS:
-                raise ModelFileError(
-                    f"{path.name} is truncated: its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors "
-                    f"but the file ends at byte {size:,}"
-                )
-            raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
-        meta: dict[str, Any] = {}
-        tokens: list[str] = []
-        arrays: dict[str, tuple[int, int, int, int]] = {}  # key -> (value type, element type, count, data offset)
-        for _ in range(n_kv):
-            key = cur.string("a metadata key")
-            vtype = cur.scalar("<I", 4, f"metadata entry '{key}'")
-            if key in meta or (key == "tokenizer.ggml.tokens" and key + ".count" in meta):
-                raise ModelFileError(f"{path.name} is damaged: the metadata entry '{key}' appears twice")
-            if vtype == GGUFValueType.ARRAY:
-                cur.need(12, f"metadata entry '{key}'")
-                etype, count = struct.unpack_from("<IQ", buf, cur.pos)
-                arrays[key] = (vtype, etype, count, cur.pos + 12)
-            elif key.startswith("tokenizer.ggml."):
-                arrays[key] = (vtype, -1, 0, cur.pos)
-            if key == "tokenizer.ggml.tokens":
-                val = _value(cur, vtype, key, keep=read_tokens)
-                if isinstance(val, list):
-                    tokens = val
-                    meta[key + ".count"] = len(val)
-                else:
-                    meta[key + ".count"] = val
-                continue
-            meta[key] = _value(cur, vtype, key, keep=key not in _BULKY)
-        if "general.architecture" not in meta:
-            raise ModelFileError(f"{path.name} is not a usable model: it names no architecture (general.architecture)")
-        check_vocab(path.name, buf, meta, arrays)
-        check_hparams(path.name, meta)
-        infos = []
-        for i in range(n_tensors):
-            name = cur.string(f"tensor record {i}")
-            n_dims = cur.scalar("<I", 4, f"tensor '{name}'")
-            if not 1 <= n_dims <= _MAX_DIMS:
-                raise ModelFileError(f"{path.name} is damaged: tensor '{name}' has {n_dims} dimensions")
-            cur.need(8 * n_dims, f"tensor '{name}'")
-            dims = struct.unpack_from(f"<{n_dims}Q", buf, cur.pos)
-            cur.pos += 8 * n_dims
-            ttype = cur.scalar("<I", 4, f"tensor '{name}'")
-            offset = cur.scalar("<Q", 8, f"tensor '{name}'")
-            infos.append((name, dims, ttype, offset))
-        align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
-        if not isinstance(align, int) or isinstance(align, bool):
-            raise ModelFileError(f"{path.name} is damaged: its alignment (general.alignment) is {align!r}, not a number")
-        if align <= 0 or align & (align - 1):
-            raise ModelFileError(f"{path.name} is damaged: alignment {align} is not a power of two")
-        data_start = cur.pos + (-cur.pos % align)
-        sized = []
-        for name, dims, ttype, offset in infos:
+    key = path.resolve()
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        size = st.st_size
+        if size < 24:
+            _checked.forget(key)
+            raise ModelFileError(f"{path.name} is not a GGUF model: only {size} bytes")
+        stamp = (size, st.st_mtime_ns, st.st_ino, st.st_dev)
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            kept = _checked.get(key, stamp, read_tokens, buf)
+            if kept is not None:
+                return kept if kept.path == path else replace(kept, path=path)  # another spelling, a link
+            _checked.note_read()
             try:
-                qtype = GGMLQuantizationType(ttype)
-                block, type_size = GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise ModelFileError(f"{path.name} uses tensor type {ttype} (tensor '{name}'), unknown to this build") from None
-            n_el = 1
-            for d in dims:
-                n_el *= d
-            if n_el % block:
-                raise ModelFileError(f"{path.name} is damaged: tensor '{name}' has {n_el} elements, not a multiple of {block}")
-            if offset % align:
-                raise ModelFileError(f"{path.name} is damaged: the data offset of tensor '{name}' ({offset:,}) is not aligned to {align}")
-            sized.append((name, dims, qtype, offset, n_el, n_el // block * type_size))
-        # Tensors lie one after another: a cut-short file ends inside that run, a damaged offset points beyond it.
-        data_end = data_start + sum(nbytes + (-nbytes % align) for *_, nbytes in sized)
-        tensors = []
-        n_params = 0
-        for name, dims, qtype, offset, n_el, nbytes in sized:
-            end = data_start + offset + nbytes
-            if end > size and end <= data_end:
-                full = max(e for e in (data_start + t[3] + t[5] for t in sized) if e <= data_end)
-                raise ModelFileError(
-                    f"{path.name} is truncated: it has {size:,} bytes but its tensor data runs to byte "
-                    f"{full:,} ({size / full:.0%} present; the download or copy was cut short)"
-                )
-            if end > size:
-                raise ModelFileError(
-                    f"{path.name} is damaged: the data of tensor '{name}' would end at byte {end:,}, "
-                    f"past the end of the file ({size:,} bytes)"
-                )
-            n_params += n_el
-            tensors.append((name, tuple(int(d) for d in dims), qtype.name, nbytes))
-    return GGUFInfo(path=path, size=size, version=version, metadata=meta, tensors=tensors, n_params=n_params, tokens=tokens)
+                info, header_end = _walk(path, buf, size, read_tokens)
+            except BaseException:
+                _checked.forget(key)
+                raise
+            _checked.put(key, _Checked(stamp, header_end, _digest(buf, header_end), read_tokens, info))
+            return info
+
+
+def _digest(buf: mmap.mmap, end: int) -> bytes:
+    with memoryview(buf) as whole, whole[:end] as header:  # released before the map closes
+        return hashlib.sha256(header).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationCounts:
+    """How often validate_gguf read a file and how often it reused what it had read (this process)."""
+
+    reads: int
+    """Headers walked and checked (those found damaged too)."""
+    reused: int
+    """Answers given again for a file unchanged since."""
+
+
+def validation_counts() -> ValidationCounts:
+    return ValidationCounts(_checked.reads, _checked.reused)
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """One file's answer, and what must be the same for it to hold."""
+
+    stamp: tuple[int, int, int, int]
+    """Size, modification time (ns), inode and device of the file that was read."""
+    header_end: int
+    """Bytes from the start that the check read (all it depends on, with the size)."""
+    digest: bytes
+    """SHA-256 of those bytes: a file rewritten in place within one tick of the file system's clock, or with
+    its time put back, differs here."""
+    with_tokens: bool
+    """Read with the token texts."""
+    info: GGUFInfo
+
+
+class _CheckedFiles:
+    """The last few files' answers, by resolved path; thread-safe (the GUI lists models on a background
+    thread while the engine thread loads)."""
+
+    #: Files kept: a pair, its copies for this CPU, a few more (a vocabulary is ~10 MB of text).
+    LIMIT = 8
+
+    def __init__(self) -> None:
+        self._by_path: OrderedDict[Path, _Checked] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = self.reused = 0
+
+    def get(self, key: Path, stamp: tuple, with_tokens: bool, buf: mmap.mmap) -> GGUFInfo | None:
+        with self._lock:
+            hit = self._by_path.get(key)
+        if hit is None or hit.stamp != stamp or (with_tokens and not hit.with_tokens) \
+                or _digest(buf, hit.header_end) != hit.digest:
+            return None
+        with self._lock:
+            if key in self._by_path:
+                self._by_path.move_to_end(key)
+            self.reused += 1
+        return hit.info
+
+    def note_read(self) -> None:
+        with self._lock:
+            self.reads += 1
+
+    def put(self, key: Path, checked: _Checked) -> None:
+        with self._lock:
+            self._by_path[key] = checked
+            self._by_path.move_to_end(key)
+            while len(self._by_path) > self.LIMIT:
+                self._by_path.popitem(last=False)
+
+    def forget(self, key: Path) -> None:
+        with self._lock:
+            self._by_path.pop(key, None)
+
+
+_checked = _CheckedFiles()
+
+
+def _walk(path: Path, buf: mmap.mmap, size: int, read_tokens: bool) -> tuple[GGUFInfo, int]:
+    """Check the header and tensor records in `buf`; the answer and where the records end."""
+    cur = _Cursor(buf, size, path)
+    magic = cur.scalar("<I", 4, "magic")
+    if magic != GGUF_MAGIC:
+        if bytes(buf[:4]) in _GGML_MAGICS:
+            raise ModelFileError(
+                f"{path.name} is an old GGML-format model (before GGUF, 2023): llama.cpp no longer reads it; "
+                f"download a .gguf version of the model instead"
+            )
+        raise ModelFileError(
+            f"{path.name} is not a GGUF model: it starts with {bytes(buf[:4])!r}, not b'GGUF'"
+        )
+    version = cur.scalar("<I", 4, "version")
+    if version not in (2, 3) and int.from_bytes(version.to_bytes(4, "little"), "big") in (2, 3):
+        raise ModelFileError(f"{path.name} is a big-endian GGUF file; only little-endian files are supported")
+    if version not in (2, 3):
+        raise ModelFileError(f"{path.name} has GGUF version {version}; versions 2 and 3 are supported")
+    n_tensors = cur.scalar("<Q", 8, "tensor count")
+    n_kv = cur.scalar("<Q", 8, "metadata count")
+    if n_kv > _PLAUSIBLE_KV or n_tensors > _PLAUSIBLE_TENSORS:
+        raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
+    # Each entry takes at least 8+4 bytes: a count beyond that is a damaged header or a cut-short file.
+    if n_kv * 12 > size or n_tensors * 24 > size:
+        if n_kv <= _PLAUSIBLE_KV and n_tensors <= _PLAUSIBLE_TENSORS:
+            raise ModelFileError(
+                f"{path.name} is truncated: its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors "
+                f"but the file ends at byte {size:,}"
+            )
+        raise ModelFileError(f"{path.name} is damaged: its header claims {n_kv:,} metadata entries and {n_tensors:,} tensors")
+    meta: dict[str, Any] = {}
+    tokens: list[str] = []
+    arrays: dict[str, tuple[int, int, int, int]] = {}  # key -> (value type, element type, count, data offset)
+    for _ in range(n_kv):
+        key = cur.string("a metadata key")
+        vtype = cur.scalar("<I", 4, f"metadata entry '{key}'")
+        if key in meta or (key == "tokenizer.ggml.tokens" and key + ".count" in meta):
+            raise ModelFileError(f"{path.name} is damaged: the metadata entry '{key}' appears twice")
+        if vtype == GGUFValueType.ARRAY:
+            cur.need(12, f"metadata entry '{key}'")
+            etype, count = struct.unpack_from("<IQ", buf, cur.pos)
+            arrays[key] = (vtype, etype, count, cur.pos + 12)
+        elif key.startswith("tokenizer.ggml."):
+            arrays[key] = (vtype, -1, 0, cur.pos)
+        if key == "tokenizer.ggml.tokens":
+            val = _value(cur, vtype, key, keep=read_tokens)
+            if isinstance(val, list):
+                tokens = val
+                meta[key + ".count"] = len(val)
+            else:
+                meta[key + ".count"] = val
+            continue
+        meta[key] = _value(cur, vtype, key, keep=key not in _BULKY)
+    if "general.architecture" not in meta:
+        raise ModelFileError(f"{path.name} is not a usable model: it names no architecture (general.architecture)")
+    check_vocab(path.name, buf, meta, arrays)
+    check_hparams(path.name, meta)
+    infos = []
+    for i in range(n_tensors):
+        name = cur.string(f"tensor record {i}")
+        n_dims = cur.scalar("<I", 4, f"tensor '{name}'")
+        if not 1 <= n_dims <= _MAX_DIMS:
+            raise ModelFileError(f"{path.name} is damaged: tensor '{name}' has {n_dims} dimensions")
+        cur.need(8 * n_dims, f"tensor '{name}'")
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, cur.pos)
+        cur.pos += 8 * n_dims
+        ttype = cur.scalar("<I", 4, f"tensor '{name}'")
+        offset = cur.scalar("<Q", 8, f"tensor '{name}'")
+        infos.append((name, dims, ttype, offset))
+    align = meta.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(align, int) or isinstance(align, bool):
+        raise ModelFileError(f"{path.name} is damaged: its alignment (general.alignment) is {align!r}, not a number")
+    if align <= 0 or align & (align - 1):
+        raise ModelFileError(f"{path.name} is damaged: alignment {align} is not a power of two")
+    header_end = cur.pos
+    data_start = cur.pos + (-cur.pos % align)
+    sized = []
+    for name, dims, ttype, offset in infos:
+        try:
+            qtype = GGMLQuantizationType(ttype)
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise ModelFileError(f"{path.name} uses tensor type {ttype} (tensor '{name}'), unknown to this build") from None
+        n_el = 1
+        for d in dims:
+            n_el *= d
+        if n_el % block:
+            raise ModelFileError(f"{path.name} is damaged: tensor '{name}' has {n_el} elements, not a multiple of {block}")
+        if offset % align:
+            raise ModelFileError(f"{path.name} is damaged: the data offset of tensor '{name}' ({offset:,}) is not aligned to {align}")
+        sized.append((name, dims, qtype, offset, n_el, n_el // block * type_size))
+    # Tensors lie one after another: a cut-short file ends inside that run, a damaged offset points beyond it.
+    data_end = data_start + sum(nbytes + (-nbytes % align) for *_, nbytes in sized)
+    tensors = []
+    n_params = 0
+    for name, dims, qtype, offset, n_el, nbytes in sized:
+        end = data_start + offset + nbytes
+        if end > size and end <= data_end:
+            full = max(e for e in (data_start + t[3] + t[5] for t in sized) if e <= data_end)
+            raise ModelFileError(
+                f"{path.name} is truncated: it has {size:,} bytes but its tensor data runs to byte "
+                f"{full:,} ({size / full:.0%} present; the download or copy was cut short)"
+            )
+        if end > size:
+            raise ModelFileError(
+                f"{path.name} is damaged: the data of tensor '{name}' would end at byte {end:,}, "
+                f"past the end of the file ({size:,} bytes)"
+            )
+        n_params += n_el
+        tensors.append((name, tuple(int(d) for d in dims), qtype.name, nbytes))
+    frozen = MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()})
+    return GGUFInfo(path=path, size=size, version=version, metadata=frozen, tensors=tuple(tensors), n_params=n_params,
+                    tokens=tuple(tokens)), header_end

@@ -8,7 +8,7 @@ import pytest
 
 from engine.decoding import calibration
 from engine.decoding.llama_backend import LoadSettings
-from engine.decoding.session import Session
+from engine.decoding.session import LoadStage, Session
 
 
 def open_session(tiny, drafter=True, **load) -> Session:
@@ -30,6 +30,20 @@ def test_the_second_load_uses_the_kept_measurement_and_measures_nothing(tiny):
         assert second.costs.draft_per_token.value == pytest.approx(step)
     finally:
         second.close()
+
+
+def test_only_a_load_that_measures_says_it_is_measuring(tiny):
+    """The status line shows the stage the load reports: with a kept measurement it reads the models
+    and is ready, and never says it is timing them."""
+    def load() -> list[LoadStage]:
+        stages: list[LoadStage] = []
+        Session(tiny["target"], str(tiny["drafter"]), target_load=LoadSettings(n_threads=1),
+                progress=lambda stage, _fraction: stages.append(stage)).close()
+        stages = [s for s in stages if s in (LoadStage.TARGET, LoadStage.DRAFTER, LoadStage.MEASURING)]
+        return [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] is not s]  # one per stage in turn
+
+    assert load() == [LoadStage.TARGET, LoadStage.MEASURING, LoadStage.DRAFTER, LoadStage.MEASURING]
+    assert load() == [LoadStage.TARGET, LoadStage.DRAFTER]
 
 
 @pytest.mark.parametrize("change", ["threads", "gpu layers", "file"])

@@ -22,6 +22,7 @@ from engine.decoding.compat import check_pair, vocab_of_model
 from engine.decoding.draft_choice import DraftLength, DraftSpec
 from engine.decoding.drafters import CombinedDrafter, Drafter, LookupDrafter, ModelDrafter
 from engine.errors import ContextFullError, EngineError, LoadCancelled
+from engine.gguf_check import validate_gguf
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, drafter_flash_attn,
@@ -61,7 +62,8 @@ class LoadStage(StrEnum):
     DRAFTER = "drafter"
     """Reading the drafter model (with a fraction done)."""
     MEASURING = "measuring"
-    """Timing the models for Auto (no fraction: the caller announces it once the target is read)."""
+    """Timing a model for Auto (no fraction), reported as the timing starts: a load that reuses a kept
+    measurement reports none."""
     DRAFTER_CPU_COPY = "drafter for this CPU"
     """Making the drafter's copy for this CPU, once (no fraction)."""
     CHECKING_KERNELS = "checking this CPU's kernels"
@@ -170,7 +172,9 @@ class Session:
         """Load a model, saying so first where it is tried with llama.cpp's AMX kernels (once per file and
         build), and noting where they crash, since replies then run slower than this CPU can."""
         progress = self._progress
-        tried = repacking_decided(load.extra_buffers, path) is None
+        # Read with the tokens, as LlamaModel reads it next (engine.gguf_check keeps the answer): the
+        # decision then costs no read of its own.
+        tried = repacking_decided(load.extra_buffers, path, validate_gguf(path)) is None
         if progress and tried and amx_check.kept(path) is None:
             progress(LoadStage.CHECKING_KERNELS, 0.0)
         model = LlamaModel(path, load, progress=(lambda v: progress(stage, v)) if progress else None, cancel=cancel)
@@ -284,6 +288,7 @@ class Session:
             self.kept_calibration.append(self.target.path.name)
             self._quiet[key] = True
             return
+        self._say_measuring()
         points, self._quiet[key] = self._time_blocks(self.target, sizes, repeats, cancel)
         for n, dt in points:
             self.costs.add_verify(n, dt)
@@ -320,6 +325,7 @@ class Session:
             self.kept_calibration.append(model.path.name)
             self._quiet[key] = True
             return kept["interference"], _depth_line(kept["depths"], kept["step"], kept["blocks"], kept["deep"])
+        self._say_measuring()
         points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
         for n, dt in points:
             if n == 1:
@@ -340,6 +346,10 @@ class Session:
                              deep={n: v / now for n, v in deep.items()} if depth_line else None,
                              depths=(shallow, deep_at))
         return interference, depth_line
+
+    def _say_measuring(self) -> None:
+        if self._progress:
+            self._progress(LoadStage.MEASURING, 0.0)
 
     def _interference(self, drafter: LlamaModel, cancel: threading.Event | None = None, repeats: int = 5) -> float:
         """How much slower a target step is right after a drafter step than after a target step (the two

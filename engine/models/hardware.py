@@ -233,7 +233,7 @@ class ModelMemory:
 
 
 def _per_layer(value, n_layers: int) -> list[int]:
-    if isinstance(value, list):
+    if isinstance(value, tuple):  # one per layer
         return [int(v) for v in value][:n_layers] or [0] * n_layers
     return [int(value or 0)] * n_layers
 
@@ -261,7 +261,7 @@ def model_memory(path: Path, n_ctx: int, n_gpu_layers: int = -1, n_batch: int = 
         n_ctx = info.context_length or 4096
     n_layers = info.n_layers or 1
     n_ff = m.get(f"{arch}.feed_forward_length") or 0
-    n_ff = max(n_ff) if isinstance(n_ff, list) else int(n_ff)
+    n_ff = max(n_ff) if isinstance(n_ff, tuple) else int(n_ff)
     weights = sum(nbytes for *_, nbytes in info.tensors)
     compute = n_batch * 4 * (info.vocab_size + n_ff) + MODEL_OVERHEAD_BYTES
     share = 1.0 if n_gpu_layers < 0 else min(n_gpu_layers, n_layers) / n_layers

@@ -319,8 +319,6 @@ class EngineWorker(QObject):
         if (which, pct) != self._last_progress:
             self._last_progress = (which, pct)
             self.sig_load_progress.emit(which, fraction)
-            if pct >= 100:
-                self.sig_load_progress.emit(LoadStage.MEASURING, 0.0)  # the session times the model next
 
 
 def _too_large(session: Session, attachments: tuple[Attachment, ...],
