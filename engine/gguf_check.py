@@ -27,6 +27,8 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
+from engine import paths
+from engine.decoding import kept_store
 from engine.errors import ModelFileError
 from engine.gguf_hparams import check_hparams
 from engine.gguf_vocab import check_vocab
@@ -206,8 +208,13 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             _checked.forget(key)
             raise ModelFileError(f"{path.name} is not a GGUF model: only {size} bytes")
         stamp = (size, st.st_mtime_ns, st.st_ino, st.st_dev)
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        # One walk of a file at a time: at a launch the model list (a background thread) and the load (the
+        # engine thread) check the same files together, and a walk is Python, so two at once take as
+        # long as one after the other, and the second then reuses the first's answer.
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf, _checked.walking(key):
             kept = _checked.get(key, stamp, read_tokens, buf)
+            if kept is None and not read_tokens:
+                kept = _from_earlier_launch(key, stamp, buf)
             if kept is not None:
                 return kept if kept.path == path else replace(kept, path=path)  # another spelling, a link
             _checked.note_read()
@@ -216,8 +223,49 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
             except BaseException:
                 _checked.forget(key)
                 raise
-            _checked.put(key, _Checked(stamp, header_end, _digest(buf, header_end), read_tokens, info))
+            checked = _Checked(stamp, header_end, _digest(buf, header_end), read_tokens, info)
+            _checked.put(key, checked)
+            if size >= KEPT_MIN_BYTES:
+                _keep_for_later_launches(key, checked)
             return info
+
+
+#: Files this large (real models) have their answer kept between launches too, in KEPT_NAME under the
+#: cache folder (engine.decoding.kept_store; at most KEPT_FILES): a launch then checks a model by hashing
+#: its header (15 ms for the 1.5B file) instead of walking it (0.5 s with the vocabulary's checks, which
+#: is Python). Smaller files are walked every time, in milliseconds.
+KEPT_MIN_BYTES = 64 << 20
+KEPT_FILES, KEPT_NAME = 32, "checked-models.json"
+
+
+def _kept_path() -> Path:
+    return paths.cache_dir() / KEPT_NAME
+
+
+def _keep_for_later_launches(key: Path, c: _Checked) -> None:
+    i = c.info
+    kept_store.put(_kept_path(), str(key), {
+        "stamp": list(c.stamp), "header_end": c.header_end, "digest": c.digest.hex(), "version": i.version,
+        "metadata": dict(i.metadata), "tensors": [list(t) for t in i.tensors], "n_params": i.n_params}, KEPT_FILES)
+
+
+def _from_earlier_launch(key: Path, stamp: tuple[int, int, int, int], buf: mmap.mmap) -> GGUFInfo | None:
+    """The answer an earlier launch kept for this very file (same stamp, same header bytes), without its
+    tokens; None where there is none or it does not hold (a damaged entry is as good as none)."""
+    entry = kept_store.read(_kept_path()).get(str(key))
+    try:
+        if tuple(entry["stamp"]) != stamp or _digest(buf, entry["header_end"]) != bytes.fromhex(entry["digest"]):
+            return None
+        meta = MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in entry["metadata"].items()})
+        tensors = tuple((str(n), tuple(int(d) for d in dims), str(t), int(b)) for n, dims, t, b in entry["tensors"])
+        info = GGUFInfo(path=key, size=stamp[0], version=int(entry["version"]), metadata=meta, tensors=tensors,
+                        n_params=int(entry["n_params"]))
+        header_end = int(entry["header_end"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    _checked.put(key, _Checked(stamp, header_end, bytes.fromhex(entry["digest"]), False, info))
+    _checked.note_kept()
+    return info
 
 
 def _digest(buf: mmap.mmap, end: int) -> bytes:
@@ -233,10 +281,12 @@ class ValidationCounts:
     """Headers walked and checked (those found damaged too)."""
     reused: int
     """Answers given again for a file unchanged since."""
+    kept: int = 0
+    """Answers an earlier launch kept (KEPT_NAME), for a file unchanged since."""
 
 
 def validation_counts() -> ValidationCounts:
-    return ValidationCounts(_checked.reads, _checked.reused)
+    return ValidationCounts(_checked.reads, _checked.reused, _checked.kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +315,8 @@ class _CheckedFiles:
     def __init__(self) -> None:
         self._by_path: OrderedDict[Path, _Checked] = OrderedDict()
         self._lock = threading.Lock()
-        self.reads = self.reused = 0
+        self._walks: dict[Path, threading.Lock] = {}
+        self.reads = self.reused = self.kept = 0
 
     def get(self, key: Path, stamp: tuple, with_tokens: bool, buf: mmap.mmap) -> GGUFInfo | None:
         with self._lock:
@@ -279,9 +330,18 @@ class _CheckedFiles:
             self.reused += 1
         return hit.info
 
+    def walking(self, key: Path) -> threading.Lock:
+        """The lock held while `key` is checked (one per file, kept while the process runs: a few files)."""
+        with self._lock:
+            return self._walks.setdefault(key, threading.Lock())
+
     def note_read(self) -> None:
         with self._lock:
             self.reads += 1
+
+    def note_kept(self) -> None:
+        with self._lock:
+            self.kept += 1
 
     def put(self, key: Path, checked: _Checked) -> None:
         with self._lock:

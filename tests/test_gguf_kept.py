@@ -120,3 +120,170 @@ def test_a_damaged_file_that_is_mended_passes(tmp_path, tiny):
         validate_gguf(path)
     path.write_bytes(good)
     assert validate_gguf(path).size == len(good)
+
+
+# -- kept between launches ----------------------------------------------------------------------------
+CHILD = r"""
+import json, sys
+from engine.gguf_check import validate_gguf, validation_counts
+from engine.errors import ModelFileError
+try:
+    info = validate_gguf(sys.argv[1], read_tokens=sys.argv[2] == "tokens")
+    out = {"ok": True, "version": info.version, "size": info.size, "n_params": info.n_params, "name": info.name,
+           "metadata": sorted((k, repr(v)) for k, v in info.metadata.items()), "tensors": repr(info.tensors)}
+except ModelFileError as exc:
+    out = {"ok": False, "error": str(exc)}
+c = validation_counts()
+print(json.dumps({**out, "reads": c.reads, "kept": c.kept}))
+"""
+
+
+def launch_check(path: Path, home: Path, tokens: bool = False) -> dict:
+    """validate_gguf in a fresh process (a launch), with its own cache folder under `home`."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DRAFTLIGHT_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "tokens" if tokens else "no"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def big_model(tmp_path) -> Path:
+    """A tiny model with an array in its metadata, padded (sparse) past engine.gguf_check.KEPT_MIN_BYTES:
+    a file as large as a real model."""
+    from engine.gguf_check import KEPT_MIN_BYTES
+
+    def with_tags(w, tokens, scores, types):
+        w.add_token_list(tokens), w.add_token_scores(scores), w.add_token_types(types)
+        w.add_array("general.tags", ["code", "tiny"])
+
+    path = write_tiny_model(tmp_path / "big.gguf", TinySpec(n_layer=1, vocab_writer=with_tags))
+    with open(path, "r+b") as fh:
+        fh.truncate(KEPT_MIN_BYTES + 4096)
+    return path
+
+
+def test_the_next_launch_takes_the_answer_kept_for_a_large_file_unchanged_since(big_model, tmp_path, tiny):
+    home = tmp_path / "home"
+    first = launch_check(big_model, home)
+    assert first["ok"] and (first["reads"], first["kept"]) == (1, 0)
+    again = launch_check(big_model, home)
+    assert (again["reads"], again["kept"]) == (0, 1)
+    assert {k: v for k, v in again.items() if k not in ("reads", "kept")} == \
+           {k: v for k, v in first.items() if k not in ("reads", "kept")}  # the same answer, field by field
+    # The tokens' texts are not kept: asked for, the file is read.
+    assert (launch_check(big_model, home, tokens=True)["reads"]) == 1
+    # A small file is never kept (it is read in milliseconds): the tiny model itself, twice.
+    small = Path(shutil.copy(tiny["target"], tmp_path / "small.gguf"))
+    assert [launch_check(small, home)["reads"] for _ in range(2)] == [1, 1]
+
+
+def test_a_large_file_changed_between_launches_is_read_again_and_refused(big_model, tmp_path):
+    home = tmp_path / "home"
+    assert launch_check(big_model, home)["ok"]
+    st = os.stat(big_model)
+    at = last_tensor_offset_at(big_model)
+    with open(big_model, "r+b") as fh:  # damage in place: the last tensor's data offset, far past the end
+        fh.seek(at)
+        fh.write(struct.pack("<Q", 1 << 40))
+    os.utime(big_model, ns=(st.st_atime_ns, st.st_mtime_ns))  # its time put back: the header's hash differs
+    assert os.stat(big_model).st_mtime_ns == st.st_mtime_ns
+    damaged = launch_check(big_model, home)
+    assert not damaged["ok"] and "big.gguf" in damaged["error"] and damaged["reads"] == 1
+
+
+def test_a_damaged_store_of_kept_answers_is_as_good_as_none(big_model, tmp_path):
+    from engine.gguf_check import KEPT_NAME
+
+    home = tmp_path / "home"
+    assert launch_check(big_model, home)["ok"]
+    store = home / "cache" / KEPT_NAME
+    import json
+
+    entries = json.loads(store.read_text())
+    (entry,) = entries.values()
+    for bad in ({**entry, "tensors": [["x", "not a shape", 0]]}, {**entry, "digest": "zz"},
+                {**entry, "stamp": None}, {**entry, "header_end": 10**12}, {**entry, "metadata": []}):
+        store.write_text(json.dumps({k: bad for k in entries}))
+        got = launch_check(big_model, home)
+        assert got["ok"] and got["reads"] == 1 and got["kept"] == 0, bad
+    store.write_text("{not json")
+    assert launch_check(big_model, home)["reads"] == 1
+    assert launch_check(big_model, home)["kept"] == 1  # and the answer is kept again
+
+
+@pytest.fixture
+def launches(monkeypatch, tmp_path):
+    """In this process, as in a new launch each time it is called: the process's kept answers forgotten, the
+    cache folder (where answers are kept between launches) under tmp_path. Returns the counts since."""
+    import engine.gguf_check as gc
+
+    monkeypatch.setenv("DRAFTLIGHT_HOME", str(tmp_path / "home-in-process"))
+
+    def new_launch():
+        monkeypatch.setattr(gc, "_checked", gc._CheckedFiles())
+        return gc._checked
+
+    return new_launch
+
+
+def test_in_one_process_a_new_launch_takes_exactly_the_answer_a_walk_gives(big_model, launches, tmp_path, tiny):
+    from engine.gguf_check import KEPT_NAME
+
+    first = launches()
+    walked = validate_gguf(big_model.resolve(), read_tokens=False)
+    assert (first.reads, first.kept) == (1, 0)
+    second = launches()
+    kept = validate_gguf(big_model.resolve(), read_tokens=False)
+    assert (second.reads, second.kept) == (0, 1)
+    assert kept == walked and dict(kept.metadata) == dict(walked.metadata) and kept.tensors == walked.tensors
+    assert kept.metadata["general.tags"] == ("code", "tiny")  # read-only, as a walk gives it
+    assert validate_gguf(big_model, read_tokens=False) is kept and second.reused == 1  # then kept for the process
+    with_tokens = validate_gguf(big_model)  # the texts are not kept between launches: read
+    assert second.reads == 1 and len(with_tokens.tokens) == kept.vocab_size > 0
+    # A file below the size is never written down.
+    launches()
+    small = Path(shutil.copy(tiny["target"], tmp_path / "small.gguf"))
+    store = tmp_path / "home-in-process" / "cache" / KEPT_NAME
+    before = store.read_text()
+    validate_gguf(small, read_tokens=False)
+    assert store.read_text() == before and str(small.resolve()) not in before
+
+
+def test_in_one_process_a_changed_file_or_a_bad_entry_means_a_walk(big_model, launches, tmp_path):
+    import json
+
+    from engine.gguf_check import KEPT_NAME
+
+    launches()
+    validate_gguf(big_model, read_tokens=False)
+    store = tmp_path / "home-in-process" / "cache" / KEPT_NAME
+    good = json.loads(store.read_text())
+    (key,) = good
+    entry = good[key]
+    for bad in ({**entry, "stamp": [entry["stamp"][0] + 1, *entry["stamp"][1:]]},  # each part of the stamp
+                {**entry, "stamp": [entry["stamp"][0], entry["stamp"][1] + 1, *entry["stamp"][2:]]},
+                {**entry, "stamp": [*entry["stamp"][:2], entry["stamp"][2] + 1, entry["stamp"][3]]},
+                {**entry, "stamp": [*entry["stamp"][:3], entry["stamp"][3] + 1]},
+                {**entry, "digest": "00" * 32}, {**entry, "header_end": entry["header_end"] - 1},
+                {**entry, "header_end": 0}, {**entry, "header_end": -5}, {**entry, "header_end": "end"},
+                {**entry, "tensors": [["x", "not a shape", 0]]}, {**entry, "metadata": []}, {**entry, "n_params": "many"},
+                {k: v for k, v in entry.items() if k != "version"}):
+        store.write_text(json.dumps({key: bad}))
+        counts = launches()
+        assert validate_gguf(big_model, read_tokens=False).n_params > 0
+        assert (counts.reads, counts.kept) == (1, 0), bad
+    store.write_text(json.dumps({key: entry}))
+    st = os.stat(big_model)
+    with open(big_model, "r+b") as fh:  # damage in place, its time put back: the header's hash differs
+        fh.seek(last_tensor_offset_at(big_model))
+        fh.write(struct.pack("<Q", 1 << 40))
+    os.utime(big_model, ns=(st.st_atime_ns, st.st_mtime_ns))
+    counts = launches()
+    with pytest.raises(ModelFileError, match="big.gguf"):
+        validate_gguf(big_model, read_tokens=False)
+    assert (counts.reads, counts.kept) == (1, 0)

@@ -297,7 +297,7 @@ def test_picking_another_pair_mid_load_cancels_the_old_load_quietly(qtbot, tiny,
         w.show()
         qtbot.waitUntil(reached.is_set, timeout=LOAD_TIMEOUT_MS)
         first = w.controller.pairing.loading
-        w.controller.update_settings(drafter="lookup")  # the person picks prompt lookup meanwhile
+        w.controller.update_settings(drafter="lookup", drafter_chosen=True)  # the person picks prompt lookup meanwhile (as the picker does)
     finally:
         gate.set()
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)

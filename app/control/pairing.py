@@ -129,6 +129,8 @@ class Pairing(QObject):
         gen = self._scan_generation
         s = self.settings
         extra = [p for p in (s.target, s.drafter.model) if p]
+        if then_load and self._saved_pair_loads_now():
+            self.ensure_loaded()  # beside the scans; when they end, ensure_loaded() keeps it or moves on
 
         def done(result) -> None:
             if gen != self._scan_generation or self.closed:
@@ -190,6 +192,17 @@ class Pairing(QObject):
         run_in_background(lambda: drafter_options(Path(target), models), done, failed)
 
     # -- loading ----------------------------------------------------------------------------
+    def _saved_pair_loads_now(self) -> bool:
+        """Whether the pair the settings name can start loading before the model folder and the drafters
+        are read (0.8 s at a launch here): nothing is loaded or on its way, its files are there, and its
+        drafter is not the unchosen default that the drafter scan turns into lookup + model."""
+        s = self.settings
+        if self.loading is not None or self.loaded is not None or self._pending_pair is not None or not s.target:
+            return False
+        if s.drafter == DraftSpec.LOOKUP and not s.drafter_chosen:
+            return False
+        return all(Path(p).is_file() for p in (s.target, s.drafter.model) if p)
+
     def wanted_load(self) -> LoadRequest | None:
         s = self.settings
         if not s.target:

@@ -167,7 +167,9 @@ class LlamaModel:
         """`cancel`, set from any thread, ends the load within one tensor: LoadCancelled is raised
         and llama.cpp has freed what it had loaded (its progress callback answered False)."""
         self.path = Path(path)
-        self.info = validate_gguf(self.path)  # raises ModelFileError with a clear reason
+        # Raises ModelFileError with a clear reason. The vocabulary is checked either way; its texts are not
+        # needed here (llama.cpp reads them), and without them a launch can use an earlier launch's answer.
+        self.info = validate_gguf(self.path, read_tokens=False)
         _ensure_backend()
         self.settings = settings
         _check_cancel(cancel, self.path)

@@ -172,9 +172,8 @@ class Session:
         """Load a model, saying so first where it is tried with llama.cpp's AMX kernels (once per file and
         build), and noting where they crash, since replies then run slower than this CPU can."""
         progress = self._progress
-        # Read with the tokens, as LlamaModel reads it next (engine.gguf_check keeps the answer): the
-        # decision then costs no read of its own.
-        tried = repacking_decided(load.extra_buffers, path, validate_gguf(path)) is None
+        # Checked as LlamaModel checks it next (engine.gguf_check keeps the answer): one read for both.
+        tried = repacking_decided(load.extra_buffers, path, validate_gguf(path, read_tokens=False)) is None
         if progress and tried and amx_check.kept(path) is None:
             progress(LoadStage.CHECKING_KERNELS, 0.0)
         model = LlamaModel(path, load, progress=(lambda v: progress(stage, v)) if progress else None, cancel=cancel)
