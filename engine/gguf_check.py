@@ -213,7 +213,7 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
         # long as one after the other, and the second then reuses the first's answer.
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf, _checked.walking(key):
             kept = _checked.get(key, stamp, read_tokens, buf)
-            if kept is None and not read_tokens:
+            if kept is None and not read_tokens and size >= KEPT_MIN_BYTES:  # smaller files are never kept
                 kept = _from_earlier_launch(key, stamp, buf)
             if kept is not None:
                 return kept if kept.path == path else replace(kept, path=path)  # another spelling, a link
@@ -254,18 +254,22 @@ def _from_earlier_launch(key: Path, stamp: tuple[int, int, int, int], buf: mmap.
     tokens; None where there is none or it does not hold (a damaged entry is as good as none)."""
     entry = kept_store.read(_kept_path()).get(str(key))
     try:
-        if tuple(entry["stamp"]) != stamp or _digest(buf, entry["header_end"]) != bytes.fromhex(entry["digest"]):
+        header_end, digest = int(entry["header_end"]), bytes.fromhex(entry["digest"])
+        if tuple(entry["stamp"]) != stamp or _digest(buf, header_end) != digest:
             return None
-        meta = MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in entry["metadata"].items()})
         tensors = tuple((str(n), tuple(int(d) for d in dims), str(t), int(b)) for n, dims, t, b in entry["tensors"])
-        info = GGUFInfo(path=key, size=stamp[0], version=int(entry["version"]), metadata=meta, tensors=tensors,
-                        n_params=int(entry["n_params"]))
-        header_end = int(entry["header_end"])
+        info = GGUFInfo(path=key, size=stamp[0], version=int(entry["version"]), metadata=_frozen(entry["metadata"]),
+                        tensors=tensors, n_params=int(entry["n_params"]))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    _checked.put(key, _Checked(stamp, header_end, bytes.fromhex(entry["digest"]), False, info))
+    _checked.put(key, _Checked(stamp, header_end, digest, False, info))
     _checked.note_kept()
     return info
+
+
+def _frozen(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Metadata as GGUFInfo holds it, read-only: arrays (lists, as read or as kept in JSON) as tuples."""
+    return MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()})
 
 
 def _digest(buf: mmap.mmap, end: int) -> bytes:
@@ -468,6 +472,5 @@ def _walk(path: Path, buf: mmap.mmap, size: int, read_tokens: bool) -> tuple[GGU
             )
         n_params += n_el
         tensors.append((name, tuple(int(d) for d in dims), qtype.name, nbytes))
-    frozen = MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()})
-    return GGUFInfo(path=path, size=size, version=version, metadata=frozen, tensors=tuple(tensors), n_params=n_params,
+    return GGUFInfo(path=path, size=size, version=version, metadata=_frozen(meta), tensors=tuple(tensors), n_params=n_params,
                     tokens=tuple(tokens)), header_end

@@ -287,3 +287,26 @@ def test_in_one_process_a_changed_file_or_a_bad_entry_means_a_walk(big_model, la
     with pytest.raises(ModelFileError, match="big.gguf"):
         validate_gguf(big_model, read_tokens=False)
     assert (counts.reads, counts.kept) == (1, 0)
+
+
+def test_kept_between_launches_from_exactly_the_size_on_and_answered_as_asked(big_model, launches, tmp_path):
+    """The size that is kept is a bound (a file of exactly KEPT_MIN_BYTES is kept, one byte less is not),
+    and a kept answer names the file as it was asked for (a link to it), not as it was kept."""
+    from engine.gguf_check import KEPT_MIN_BYTES
+
+    for size, kept in ((KEPT_MIN_BYTES, 1), (KEPT_MIN_BYTES - 1, 0)):
+        with open(big_model, "r+b") as fh:
+            fh.truncate(size)
+        launches()
+        validate_gguf(big_model, read_tokens=False)
+        counts = launches()
+        validate_gguf(big_model, read_tokens=False)
+        assert (counts.reads, counts.kept) == (1 - kept, kept), size
+    with open(big_model, "r+b") as fh:
+        fh.truncate(KEPT_MIN_BYTES)
+    launches()
+    validate_gguf(big_model, read_tokens=False)
+    link = tmp_path / "link.gguf"
+    link.symlink_to(big_model)
+    counts = launches()
+    assert validate_gguf(link, read_tokens=False).path == link and counts.kept == 1
