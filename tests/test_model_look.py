@@ -180,3 +180,25 @@ def test_a_reply_on_auto_drafts_with_the_model_only_after_a_look_and_says_the_sa
     finally:
         drafter.close()
         target.close()
+
+
+def test_a_draft_counts_the_drafters_passes_and_their_share(tiny):
+    """Draft.steps is the drafter's passes in Draft.seconds: one per token, one more where an unsure token
+    ended drafting; the tiny drafter's passes are not judged for load (share 1)."""
+    target = LlamaModel(tiny["target"], LoadSettings(n_ctx=256))
+    drafter = LlamaModel(tiny["drafter"], LoadSettings(n_ctx=256))
+    try:
+        ctx = target.tokenize("def fibonacci(n):", add_special=True)
+        md = ModelDrafter(drafter, target.n_vocab)
+        md.begin(ctx)  # the prompt read with the target's prefill: no catch-up pass in the round
+        before = drafter.passes
+        draft = md.propose(ctx, DraftRequest(model_k=3), SamplingParams(), np.random.default_rng(0))
+        assert draft.catchup_tokens == 0 and draft.steps == len(draft.tokens) == drafter.passes - before  # k=3: the third token needs no pass
+        assert draft.share == 1.0
+        md.commit(ctx)
+        before = drafter.passes
+        none = md.propose(ctx, DraftRequest(model_k=3, p_min=1.01), SamplingParams(), np.random.default_rng(0))
+        assert none.tokens == [] and none.steps == 1 == drafter.passes - before
+    finally:
+        target.close()
+        drafter.close()

@@ -11,7 +11,7 @@ from engine.decoding.draft_choice import DraftLength
 from engine.decoding.policy import (  # noqa: I001
     _Probe,
     MODEL_KEY, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, BlockCost, CostModel, DraftKey, DraftRequest, Ewma, FixedK, NoDraft,
-    RoundOutcome, lookup_key, make_policy, pair_class,
+    QuietDrafter, RoundOutcome, lookup_key, make_policy, pair_class,
 )
 from engine.decoding.policy import DepthLine
 
@@ -98,6 +98,49 @@ def test_the_drafters_step_follows_the_speed_of_plain_rounds():
     c.record(outcome(k=3, drafted=3, accepted=3, draft_s=0.024, verify_s=0.25, key=MODEL_KEY))
     assert c.draft_per_token.value == pytest.approx(0.016, rel=1e-3)
     assert c.draft_cost(1) == pytest.approx(0.008, rel=1e-3)
+
+
+def test_what_is_kept_of_the_drafter_moves_only_with_its_undisturbed_passes():
+    """The drafter's kept step and reads (CostModel.quiet_drafter) follow rounds whose drafter passes got their
+    share of the CPU, in seconds, whatever plain rounds say; today's price follows every round (values by
+    hand). Found: a session drafting beside a test run wrote a 63 ms step for a drafter whose undisturbed
+    step is 15-24 ms, and Auto priced the drafter out at every later launch."""
+    c = CostModel()
+    c.add_verify(1, 0.06)
+    c.add_verify(5, 0.1)
+    c.draft_per_token.add(0.015)
+    c.catchup.add(16, 0.04)
+    c.quiet_drafter = QuietDrafter.seeded(0.015, {16: 0.04})
+    for _ in range(30):  # beside a busy process: steps of 60 ms, a 16-token read in 160 ms, no plain round
+        c.record(outcome(k=4, drafted=4, accepted=4, draft_s=0.24, verify_s=0.4, key=MODEL_KEY, share=0.5,
+                         draft_steps=4, draft_share=0.55, catchup_s=0.16, catchup_tokens=16))
+    assert c.draft_cost(1) == pytest.approx(0.06, rel=1e-2)  # today's price: the busy step
+    assert c.catchup_cost(16) == pytest.approx(0.16, rel=1e-2)
+    assert c.quiet_drafter.step.value == pytest.approx(0.015)  # kept: untouched
+    assert c.quiet_drafter.catchup(16) == pytest.approx(0.04)
+    # An undisturbed round moves the kept figures by the Ewma's weight, 0.15 (the seed counts as 8 rounds).
+    c.record(outcome(k=4, drafted=4, accepted=4, draft_s=0.08, verify_s=0.1, key=MODEL_KEY,
+                     draft_steps=4, draft_share=0.95, catchup_s=0.048, catchup_tokens=16))
+    assert c.quiet_drafter.step.value == pytest.approx(0.015 + 0.15 * (0.02 - 0.015))
+    assert c.quiet_drafter.catchup(16) == pytest.approx(0.04 + 0.15 * (0.048 - 0.04))
+    # A read of a size never kept starts its own figure; a lookup round's time is never a step.
+    c.record(outcome(catchup_s=0.012, catchup_tokens=3, draft_share=0.9))
+    c.record(outcome(k=4, drafted=4, accepted=4, draft_s=0.5, verify_s=0.1, key=LOOKUP3, draft_share=0.9))
+    assert c.quiet_drafter.catchup.by_size[3].value == pytest.approx(0.012)
+    assert c.quiet_drafter.step.value == pytest.approx(0.01575)
+
+
+def test_a_step_is_the_drafters_time_over_its_passes_not_its_tokens():
+    """Drafting that stops on an unsure token pays a pass for it and proposes nothing from it: 2 tokens in 3
+    passes of 10 ms is a 10 ms step, not 15 (values by hand)."""
+    c = CostModel()
+    c.add_verify(1, 0.06)
+    c.add_verify(3, 0.08)
+    c.record(outcome(k=4, drafted=2, accepted=2, draft_s=0.03, verify_s=0.07, key=MODEL_KEY, draft_steps=3))
+    assert c.draft_per_token.value == pytest.approx(0.01)
+    assert c.quiet_drafter.step.value == pytest.approx(0.01)
+    c.record(outcome(k=4, drafted=2, accepted=2, draft_s=0.02, verify_s=0.07, key=MODEL_KEY))  # steps not given
+    assert c.draft_per_token.value == pytest.approx(0.01)
 
 
 def test_a_fresh_key_is_as_sure_as_its_parent():

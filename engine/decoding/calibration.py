@@ -85,8 +85,9 @@ def key_for(path: Path, load: dict[str, Any]) -> str:
     with path.open("rb") as fh:
         h.update(fh.read(_HEADER_BYTES))
     ident = {
-        "v": 4,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth; v3: undisturbed
-        # passes; v4: the target's shape at a second depth too)
+        "v": 5,  # how it was measured (v2: a warm-up pass per size, medians, at a chat's depth; v3: undisturbed
+        # passes; v4: the target's shape at a second depth too; v5: a drafter's figures refined by undisturbed
+        # rounds only: v4 ones may hold a step timed beside other work)
         "file": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header": h.hexdigest(),
         "cpu": _cpu_name(), "cores": os.cpu_count(), "machine": platform.machine(), "llama_cpp": _version(), **load,
     }

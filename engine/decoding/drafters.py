@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.decoding.calibration import judged_share
 from engine.decoding.history_index import HistoryIndex
 from engine.decoding.llama_backend import LlamaModel, Logits
 from engine.decoding.policy import MODEL_KEY, DraftKey, DraftKind, DraftRequest, look_windows, lookup_key
@@ -65,6 +66,10 @@ class Draft:
     judged: tuple[tuple[DraftKey, int, int], ...] = ()
     """A model drafter's look (DraftRequest.look): its predictions of tokens the target already gave,
     judged as drafts (key, tokens judged, of those kept from the first: policy.look_windows)."""
+    steps: int = 0
+    """A model drafter's passes in `seconds` (a step that ends drafting proposes nothing but costs a pass)."""
+    share: float = 1.0
+    """The lowest share of the CPU time any of the drafter's timed passes got (calibration.judged_share)."""
 
     @property
     def kind(self) -> DraftKind:
@@ -72,7 +77,8 @@ class Draft:
 
     def truncated(self, n: int) -> "Draft":
         return Draft(self.tokens[:n], self.q[:n], self.q_probs[:n], self.seconds, self.key, self.asked,
-                     self.catchup_s, self.catchup_tokens, self.confidence[:n], self.aside, self.judged)
+                     self.catchup_s, self.catchup_tokens, self.confidence[:n], self.aside, self.judged,
+                     self.steps, self.share)
 
 
 #: A drafter's long reads (the prompt, a backlog) go in blocks of this many tokens, a stop request
@@ -80,8 +86,9 @@ class Draft:
 READ_BLOCK = 128
 
 
-def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None) -> int:
-    """Decode `tokens` into the model in blocks; returns how many were read (fewer after a stop)."""
+def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None, draft: Draft | None = None) -> int:
+    """Decode `tokens` into the model in blocks; returns how many were read (fewer after a stop). A `draft`
+    the read is timed for gets each pass's share of the CPU (_passed)."""
     done = 0
     while done < len(tokens):
         if stop is not None and stop.is_set():
@@ -91,8 +98,15 @@ def _read(model: LlamaModel, tokens: Sequence[int], stop: threading.Event | None
             model.decode(block, Logits.NONE)
         except Interrupted:  # a stop inside the block's pass (llama_backend.StopRequest)
             break
+        if draft is not None:
+            _passed(model, draft)
         done += len(block)
     return done
+
+
+def _passed(model: LlamaModel, draft: Draft) -> None:
+    """A timed pass of the drafter for `draft` is done: its share of the CPU lowers the draft's."""
+    draft.share = min(draft.share, judged_share(model.last_share, model.info.size))
 
 
 class Drafter(ABC):
@@ -164,7 +178,7 @@ class ModelDrafter(Drafter):
             have -= 1
         if len(context) - have > CATCHUP_MIN:
             t0 = time.perf_counter()
-            read = _read(m, context[have:-1], stop)
+            read = _read(m, context[have:-1], stop, draft)
             draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, read
             if have + read < len(context) - 1:
                 return None  # stopped while reading: no draft this round
@@ -186,6 +200,8 @@ class ModelDrafter(Drafter):
             return draft
         t0 = time.perf_counter()
         row = m.decode(unread, Logits.LAST)[0]
+        draft.steps = 1
+        _passed(m, draft)
         for i in range(k):
             if params.greedy:
                 tok, prob = top_prob(row)
@@ -206,6 +222,8 @@ class ModelDrafter(Drafter):
             if self.is_eog(tok) or i + 1 >= k or len(m.kv) >= m.n_ctx or (stop is not None and stop.is_set()):
                 break  # nothing follows an end of generation; a stop request is honoured between steps
             row = m.decode([tok], Logits.LAST)[0]
+            draft.steps += 1
+            _passed(m, draft)
         draft.seconds = time.perf_counter() - t0
         return draft
 
@@ -221,13 +239,14 @@ class ModelDrafter(Drafter):
         # the 0.5B drafter a fifth of a look here (147 ms against 119 for a 65-token prompt and 6 rows).
         last = min(len(backlog), READ_BLOCK, m.n_batch)  # holds the n judged tokens (n <= n_batch)
         t0 = time.perf_counter()
-        read = _read(m, backlog[: len(backlog) - last], stop)
+        read = _read(m, backlog[: len(backlog) - last], stop, draft)
         if last and read == len(backlog) - last and not (stop is not None and stop.is_set()):
             try:
                 rows = m.decode(backlog[len(backlog) - last :], Logits.TAIL, tail=n)  # row i predicts context[-n + i]
             except Interrupted:
                 rows = None
             if rows is not None:
+                _passed(m, draft)
                 read += last
                 guesses = np.argmax(rows[:, : self.target_vocab], axis=1)
                 draft.judged = look_windows([int(g) == int(t) for g, t in zip(guesses, context[-n:])])

@@ -203,6 +203,35 @@ class RoundOutcome:
     threads: tuple[int, int] | None = None
     """(threads the target verified on, threads it was loaded with) where it ran on fewer because other programs
     kept cores busy (engine.decoding.thread_governor); None: on all of them."""
+    draft_steps: int = 0
+    """A model drafter's passes in `draft_s`: one per drafted token, and one more where drafting stopped on an
+    unsure or out-of-vocabulary token (0: as many as `drafted`)."""
+    draft_share: float = 1.0
+    """As `share`, for the drafter's passes (catch-up and steps): the lowest any of them got."""
+
+
+#: What a kept or measured figure of the drafter is worth in undisturbed rounds: one round moves it by the
+#: Ewma's alpha, not by half (its second sample's weight).
+QUIET_SEED_WEIGHT = 8
+
+
+@dataclass(slots=True)
+class QuietDrafter:
+    """A model drafter's step and catch-up reads in seconds, as undisturbed passes measured them (at the
+    depths they are kept at): what is kept for the next launch. Seeded with what the load measured or
+    read, moved only by rounds whose drafter passes ran undisturbed (calibration.disturbed). Written at
+    the speed plain rounds measured instead, a session that drafted beside a test run kept a step of
+    63 ms where undisturbed passes take 15-24 ms, and every later launch priced the 0.5B drafter out."""
+
+    step: Ewma
+    catchup: "BlockCost"
+
+    @classmethod
+    def seeded(cls, step: float | None, blocks: dict[int, float]) -> "QuietDrafter":
+        catchup = BlockCost()
+        for n, seconds in blocks.items():
+            catchup.by_size[n] = Ewma(value=seconds, weight=QUIET_SEED_WEIGHT)
+        return cls(Ewma(value=step, weight=QUIET_SEED_WEIGHT), catchup)
 
 
 class BlockCost:
@@ -351,6 +380,8 @@ class CostModel:
         self.draft_depth: DepthLine | None = None
         """How the drafter's step and catch-up grow with the depth (None: not measured, one depth):
         `draft_per_token` and `catchup` hold them at the line's shallow depth."""
+        self.quiet_drafter = QuietDrafter.seeded(None, {})
+        """The drafter's costs as undisturbed passes measured them: what is kept for the next launch."""
 
     def add_verify(self, n: int, seconds: float) -> None:
         """A calibration point of the shape, at the current speed."""
@@ -460,12 +491,18 @@ class CostModel:
         if o.depth is not None:
             self.depth = o.depth + o.accepted + 1  # where the next round verifies
         self.overhead.add(o.overhead_s)
+        calm = not disturbed(o.draft_share)
         if o.catchup_tokens:  # kept at the calibration's speed and depth, as the target's shape is
-            factor = self.draft_factor(_read_depth(o.depth, o.catchup_tokens), True)
-            self.catchup.add(o.catchup_tokens, o.catchup_s / (self.plain_speed.value or 1.0) / factor)
+            read = o.catchup_s / self.draft_factor(_read_depth(o.depth, o.catchup_tokens), True)
+            self.catchup.add(o.catchup_tokens, read / (self.plain_speed.value or 1.0))
+            if calm:
+                self.quiet_drafter.catchup.add(o.catchup_tokens, read)
         if o.drafted:
             if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
-                self.draft_per_token.add(o.draft_s / o.drafted / (self.plain_speed.value or 1.0) / self.draft_factor(o.depth))
+                step = o.draft_s / max(o.draft_steps, o.drafted) / self.draft_factor(o.depth)
+                self.draft_per_token.add(step / (self.plain_speed.value or 1.0))
+                if calm:
+                    self.quiet_drafter.step.add(step)
             if self.plain_overhead.value is not None:
                 self.overhead_per_draft_token.add(max(0.0, o.overhead_s - self.plain_overhead.value) / o.drafted)
         else:

@@ -28,7 +28,9 @@ from engine.decoding.history_index import HistoryIndex, vocab_fingerprint
 from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, StopRequest, chat_renderer, drafter_flash_attn,
                                           offloads, repacking_decided)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
-from engine.decoding.policy import AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, make_policy
+from engine.decoding.policy import (
+    AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, QuietDrafter, make_policy,
+)
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
 
@@ -137,7 +139,7 @@ class Session:
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
         self._loaded_drafters: dict[Path, LlamaModel] = {}
-        self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float, DepthLine | None]] = {}
+        self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float, DepthLine | None, QuietDrafter]] = {}
         """Per loaded drafter (id): its step, catch-up and interference as this session last had them, so a
         switch back neither measures nor reads the store again (kept figures are at another moment's speed)."""
         self.drafter: Drafter | None = None
@@ -199,15 +201,15 @@ class Session:
                 fresh = True
         previous = self.draft_model
         changed = model is not previous
-        per_token, catchup = Ewma(), BlockCost()
+        per_token, catchup, quiet = Ewma(), BlockCost(), QuietDrafter.seeded(None, {})
         interference, depth_line = 1.0, None
         try:
             if fresh:
                 check_pair(vocab_of_model(self.target), vocab_of_model(model), self.target.path.name, model.path.name)
             if changed and model is not None and id(model) in self._drafter_costs:
-                per_token, catchup, interference, depth_line = self._drafter_costs[id(model)]  # as this session left them
+                per_token, catchup, interference, depth_line, quiet = self._drafter_costs[id(model)]  # as this session left them
             elif changed and model is not None and self._calibrate:
-                interference, depth_line = self._measure_drafter(model, per_token, catchup, cancel=cancel)
+                interference, depth_line, quiet = self._measure_drafter(model, per_token, catchup, cancel=cancel)
         except BaseException:
             if fresh:
                 model.close()
@@ -220,8 +222,10 @@ class Session:
         if changed:
             c = self.costs
             if previous is not None:
-                self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference, c.draft_depth)
+                self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference, c.draft_depth,
+                                                     c.quiet_drafter)
             c.draft_per_token, c.catchup, c.interference, c.draft_depth = per_token, catchup, interference, depth_line
+            c.quiet_drafter = quiet
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
@@ -304,13 +308,15 @@ class Session:
     def calibrate_drafter(self, repeats: int = 3) -> None:
         """One drafting step, and reading a block of unseen tokens (what catching up costs)."""
         if self.draft_model is not None:
-            self.costs.interference, self.costs.draft_depth = self._measure_drafter(
+            self.costs.interference, self.costs.draft_depth, self.costs.quiet_drafter = self._measure_drafter(
                 self.draft_model, self.costs.draft_per_token, self.costs.catchup, repeats, fresh=True)
 
     def _measure_drafter(self, model: LlamaModel, per_token: Ewma, catchup: BlockCost, repeats: int = 3,
-                         cancel: threading.Event | None = None, fresh: bool = False) -> tuple[float, DepthLine | None]:
-        """Times the drafter (or takes what was kept); returns its interference (CostModel.interference)
-        and how its costs grow with the depth (CostModel.draft_depth)."""
+                         cancel: threading.Event | None = None,
+                         fresh: bool = False) -> tuple[float, DepthLine | None, QuietDrafter]:
+        """Times the drafter (or takes what was kept); returns its interference (CostModel.interference),
+        how its costs grow with the depth (CostModel.draft_depth) and its costs in seconds as measured or
+        kept (CostModel.quiet_drafter)."""
         key = self._key(model)
         kept = None if fresh else calibration.load(key)
         # Kept and held at the calibration's speed (CostModel.draft_per_token): what is read or timed now,
@@ -323,7 +329,8 @@ class Session:
                 catchup.add(n, dt / now)
             self.kept_calibration.append(model.path.name)
             self._quiet[key] = True
-            return kept["interference"], _depth_line(kept["depths"], kept["step"], kept["blocks"], kept["deep"])
+            return (kept["interference"], _depth_line(kept["depths"], kept["step"], kept["blocks"], kept["deep"]),
+                    QuietDrafter.seeded(kept["step"], kept["blocks"]))
         self._say_measuring()
         points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
         for n, dt in points:
@@ -339,12 +346,12 @@ class Session:
             deep = dict(deep_points)
             depth_line = _depth_line((shallow, deep_at), dict(points)[1], dict(points), deep)
         interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
-        blocks = {n: v for n in catchup.by_size if (v := catchup(n))}
-        if per_token.value and blocks:
-            calibration.save(key, blocks, per_token.value, interference, quiet=self._quiet[key],
-                             deep={n: v / now for n, v in deep.items()} if depth_line else None,
-                             depths=(shallow, deep_at))
-        return interference, depth_line
+        measured = dict(points)
+        step, blocks = measured.get(1), {n: v for n, v in measured.items() if n > 1}
+        if step and blocks:
+            calibration.save(key, blocks, step, interference, quiet=self._quiet[key],
+                             deep=deep if depth_line else None, depths=(shallow, deep_at))
+        return interference, depth_line, QuietDrafter.seeded(step, blocks)
 
     def _say_measuring(self) -> None:
         if self._progress:
@@ -408,17 +415,15 @@ class Session:
         if blocks:
             key = self._key(self.target)
             calibration.save(key, blocks, quiet=self._quiet.get(key, False), deep=deep, depths=c.depths)
-        if self.draft_model is not None and c.draft_per_token.value:
-            # At today's speed, as the target's blocks are (the next launch starts at speed 1), and at the
-            # depth the step was calibrated at: the line gives the rest.
-            speed = c.plain_speed.value or 1.0
-            drafted = {n: v * speed for n in c.catchup.by_size if (v := c.catchup(n))}
+        quiet = c.quiet_drafter
+        if self.draft_model is not None and (step := quiet.step.value):
+            # As undisturbed passes measured them, at the depth the step was calibrated at: the line gives the rest.
+            drafted = {n: v for n in quiet.catchup.by_size if (v := quiet.catchup(n))}
             if drafted:
                 key = self._key(self.draft_model)
                 line = c.draft_depth
-                step = c.draft_per_token.value * speed
-                deep = ({1: step * line.step_ratio, 16: (c.catchup(16) or 0.0) * speed * line.block_ratio}
-                        if line is not None and c.catchup(16) else None)
+                deep = ({1: step * line.step_ratio, 16: (quiet.catchup(16) or 0.0) * line.block_ratio}
+                        if line is not None and quiet.catchup(16) else None)
                 calibration.save(key, drafted, step, c.interference, quiet=self._quiet.get(key, False), deep=deep,
                                  depths=(line.shallow, line.deep) if deep else (0, 0))
 

@@ -243,6 +243,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
             aside=judged_aside(draft.aside, new) + draft.judged, depth=depth, threads=_fewer_threads(target),
+            draft_steps=draft.steps, draft_share=draft.share,
         )
         policy.observe(outcome)
         if control is not None:
