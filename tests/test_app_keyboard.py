@@ -358,3 +358,25 @@ def test_esc_stops_a_reply_while_the_message_box_has_the_keyboard(qtbot, tiny, i
     with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
         press(qtbot, Qt.Key.Key_Escape)
     assert done.args[0].finish_reason == FinishReason.CANCELLED
+
+
+def test_a_message_sent_brings_the_chat_to_its_end_wherever_it_was_read(qtbot, tiny, isolated_home):
+    """Scrolled up to read an earlier reply, a person who sends a message sees it and the reply streaming below
+    it (the real scroll bar, the real Enter key)."""
+    w = keyboard_window(qtbot, tiny, isolated_home)
+    w.resize(800, 520)
+    for text in ("one " * 60, "two " * 60, "three " * 60):
+        qtbot.keyClicks(w.input, text)
+        with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+            qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    sb = w.chat.verticalScrollBar()
+    qtbot.waitUntil(lambda: sb.maximum() > 0)
+    w.chat.setFocus()
+    press(qtbot, Qt.Key.Key_Home, CTRL)  # back to the first message, as a reader does
+    qtbot.waitUntil(lambda: sb.value() < sb.maximum() // 2)
+    w.input.setFocus()
+    qtbot.keyClicks(w.input, "four")
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: sb.value() == sb.maximum())
+    assert w.controller.messages[-2].content == "four"

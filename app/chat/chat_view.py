@@ -423,8 +423,10 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
 
     # -- streaming ---------------------------------------------------------------------------------------
     def append_message(self, m: Message) -> None:
-        """Add a message at the end (the user's, or an empty reply about to stream)."""
-        at_end = self._at_bottom()
+        """Add a message at the end (the user's, or an empty reply about to stream). One the user sent brings the
+        view to the end, as in any chat, wherever they had scrolled to: their message and the reply are what
+        they look at next (found: a chat reopened where it was last read showed neither)."""
+        at_end = self._at_bottom() or m.role == Role.USER
         if self._live is not None:  # a reply that never said it finished: settle it first
             self.finish_rendering()
             self._live = None
