@@ -286,3 +286,29 @@ def test_a_table_streams_in_as_a_table_never_as_raw_pipes(qtbot):
     v.finish_reply(live)
     final = v.toPlainText()
     assert "Column 1" in final and "a" in final and "Done." in final and "|" not in final
+
+
+def test_a_note_about_the_pair_is_shown_once_not_over_every_reply(qtbot, tiny, isolated_home):
+    """A target without a chat template: its note comes over the chat after the first reply, dismissed it stays
+    away for the next reply, and the status line still says it (real Enter key, real mouse click)."""
+    from dataclasses import replace
+
+    import tiny_models
+    from PySide6.QtCore import Qt
+    from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window
+
+    installed = install_tiny(tiny, isolated_home)
+    tiny_models.write_tiny_model(installed["target"], replace(tiny_models.TARGET, chat_template=None))
+    w = open_window(qtbot)
+    for text in ("one", "two"):
+        qtbot.keyClicks(w.input, text)
+        with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+            qtbot.keyClick(w.input, Qt.Key.Key_Return)
+        if text == "one":
+            qtbot.waitUntil(lambda: w.notice.isVisible())
+            assert "has no chat template" in w.notice.text()
+            qtbot.mouseClick(w.notice.close_button, Qt.MouseButton.LeftButton)
+            assert not w.notice.isVisible()
+    qtbot.wait(200)  # the finished reply's signals are all delivered
+    assert not w.notice.isVisible() and len(w.controller.messages) == 4
+    assert "has no chat template" in w.status_label.text()
