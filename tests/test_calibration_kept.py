@@ -308,6 +308,7 @@ def test_a_drafter_step_is_kept_only_as_undisturbed_rounds_measured_it(tiny):
     try:
         key = s._key(s.draft_model)
         first = calibration.load(key)
+        assert set(first["blocks"]) == {16, 64}  # the reads timed at load; the step apart
         step, read16 = first["step"], first["blocks"][16]
         for _ in range(40):  # each pass 4x slower beside other work, and no plain round to say so
             s.costs.record(RoundOutcome(k=4, drafted=4, accepted=4, draft_s=16 * step, verify_s=0.01, key=MODEL_KEY,
