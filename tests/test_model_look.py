@@ -202,3 +202,18 @@ def test_a_draft_counts_the_drafters_passes_and_their_share(tiny):
     finally:
         target.close()
         drafter.close()
+
+
+def test_a_real_drafters_passes_carry_their_share_of_the_cpu(real_pair):
+    """The real drafter is large enough to be judged (calibration.judged): a draft's share is the lowest its
+    passes got, as llama_backend measured each (LlamaModel.last_share), never above the last one's."""
+    _, drafter_path = real_pair
+    drafter = LlamaModel(drafter_path, LoadSettings(n_ctx=256))
+    try:
+        ctx = drafter.tokenize("def fibonacci(n):\n    return", add_special=True)
+        md = ModelDrafter(drafter)
+        draft = md.propose(ctx, DraftRequest(model_k=3), SamplingParams(), np.random.default_rng(0))
+        assert draft.catchup_tokens > 0 and draft.steps == 3
+        assert 0.0 < draft.share <= drafter.last_share <= 1.0
+    finally:
+        drafter.close()
