@@ -19,7 +19,8 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -309,6 +310,14 @@ class _Checked:
     info: GGUFInfo
 
 
+@dataclass(slots=True)
+class _Walk:
+    """A file's check lock and how many checks hold or wait for it."""
+
+    lock: threading.Lock
+    users: int = 0
+
+
 class _CheckedFiles:
     """The last few files' answers, by resolved path; thread-safe (the GUI lists models on a background
     thread while the engine thread loads)."""
@@ -319,7 +328,7 @@ class _CheckedFiles:
     def __init__(self) -> None:
         self._by_path: OrderedDict[Path, _Checked] = OrderedDict()
         self._lock = threading.Lock()
-        self._walks: dict[Path, threading.Lock] = {}
+        self._walks: dict[Path, _Walk] = {}
         self.reads = self.reused = self.kept = 0
 
     def get(self, key: Path, stamp: tuple, with_tokens: bool, buf: mmap.mmap) -> GGUFInfo | None:
@@ -334,10 +343,21 @@ class _CheckedFiles:
             self.reused += 1
         return hit.info
 
-    def walking(self, key: Path) -> threading.Lock:
-        """The lock held while `key` is checked (one per file, kept while the process runs: a few files)."""
+    @contextmanager
+    def walking(self, key: Path) -> Iterator[None]:
+        """Held while `key` is checked: one check of a file at a time. Its lock lives while a check holds or
+        waits for it (kept for good, a process that checks many files, a download's parts, held one each)."""
         with self._lock:
-            return self._walks.setdefault(key, threading.Lock())
+            entry = self._walks.setdefault(key, _Walk(threading.Lock()))
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._walks[key]
 
     def note_read(self) -> None:
         with self._lock:

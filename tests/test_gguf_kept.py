@@ -310,3 +310,33 @@ def test_kept_between_launches_from_exactly_the_size_on_and_answered_as_asked(bi
     link.symlink_to(big_model)
     counts = launches()
     assert validate_gguf(link, read_tokens=False).path == link and counts.kept == 1
+
+
+def test_threads_checking_one_file_walk_it_once_and_no_lock_outlives_the_checks(tmp_path, tiny):
+    """Eight threads asking for the same file at once: one walks it, the others wait and take its answer;
+    afterwards (and after checks of many other files, as a download's parts are) no per-file lock is left."""
+    import threading
+
+    from engine import gguf_check
+
+    path = Path(shutil.copy(tiny["target"], tmp_path / "t.gguf"))
+    before, start, answers = reads(), threading.Barrier(8), []
+
+    def check() -> None:
+        start.wait()
+        answers.append(validate_gguf(path))
+
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert reads() - before == 1 and len(answers) == 8 and all(a is answers[0] for a in answers)
+    for i in range(40):
+        other = Path(shutil.copy(tiny["drafter"], tmp_path / f"part-{i}.gguf"))
+        validate_gguf(other)
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(open(tiny["drafter"], "rb").read()[:4096])  # cut short mid-header
+    with pytest.raises(ModelFileError):
+        validate_gguf(broken)  # a failed check leaves no lock either
+    assert gguf_check._checked._walks == {}
