@@ -19,8 +19,8 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType

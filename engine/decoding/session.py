@@ -333,22 +333,20 @@ class Session:
                     QuietDrafter.seeded(kept["step"], kept["blocks"]))
         self._say_measuring()
         points, self._quiet[key] = self._time_blocks(model, (1, 16, 64), repeats, cancel)
-        for n, dt in points:
-            if n == 1:
-                per_token.add(dt / now)
-            else:
-                catchup.add(n, dt / now)
+        measured = dict(points)
+        step, blocks = measured[1], {n: v for n, v in measured.items() if n > 1}
+        per_token.add(step / now)
+        for n, dt in blocks.items():
+            catchup.add(n, dt / now)
         depth_line, deep = None, {}
         shallow, deep_at = self.costs.depths
         if deep_at > shallow and model.can_trim and calibration.judged(model.info.size):
             deep_points, deep_quiet = self._time_blocks(model, (1, 16), repeats, cancel, deep_at)
             self._quiet[key] = self._quiet[key] and deep_quiet
             deep = dict(deep_points)
-            depth_line = _depth_line((shallow, deep_at), dict(points)[1], dict(points), deep)
+            depth_line = _depth_line((shallow, deep_at), step, measured, deep)
         interference = self._interference(model, cancel) if model.can_trim and self.target.can_trim else 1.0
-        measured = dict(points)
-        step, blocks = measured.get(1), {n: v for n, v in measured.items() if n > 1}
-        if step and blocks:
+        if blocks:
             calibration.save(key, blocks, step, interference, quiet=self._quiet[key],
                              deep=deep if depth_line else None, depths=(shallow, deep_at))
         return interference, depth_line, QuietDrafter.seeded(step, blocks)
