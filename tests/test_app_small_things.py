@@ -312,3 +312,25 @@ def test_a_note_about_the_pair_is_shown_once_not_over_every_reply(qtbot, tiny, i
     qtbot.wait(200)  # the finished reply's signals are all delivered
     assert not w.notice.isVisible() and len(w.controller.messages) == 4
     assert "has no chat template" in w.status_label.text()
+
+
+def test_the_speed_chart_has_no_scale_before_a_reply_has_a_speed(qtbot, tiny, isolated_home):
+    """An empty speed chart was numbered 0.00 to 0.11 tokens/s, which read as a measurement. Its y axis is
+    numbered once a reply has tokens (pixels of the label column, before and after a real Enter)."""
+    install_tiny(tiny, isolated_home)
+    w = open_window(qtbot)
+    chart = w.stats.speed_chart
+
+    def label_pixels() -> int:
+        img = chart.grab().toImage()
+        bg = img.pixelColor(2, img.height() - 2)
+        # The numbers' column: left of the plot, below the title.
+        return sum(1 for x in range(0, 28) for y in range(20, img.height() - 4)
+                   if abs(img.pixelColor(x, y).lightness() - bg.lightness()) > 60)
+
+    assert chart.isVisible() and label_pixels() == 0
+    qtbot.keyClicks(w.input, PROMPT)
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(chart.points))
+    assert label_pixels() > 20

@@ -34,7 +34,8 @@ class _Chart(QWidget):
         return QRectF(_MARGIN_L, _MARGIN_T, max(10, self.width() - _MARGIN_L - _MARGIN_R),
                       max(10, self.height() - _MARGIN_T - _MARGIN_B))
 
-    def _frame(self, p: QPainter, y_max: float, y_fmt: str) -> QRectF:
+    def _frame(self, p: QPainter, y_max: float, y_fmt: str | None) -> QRectF:
+        """Title and grid; the y axis numbered unless `y_fmt` is None (nothing plotted has a scale yet)."""
         pal = self.palette()
         text = pal.color(QPalette.ColorRole.WindowText)
         grid = QColor(text)
@@ -50,9 +51,10 @@ class _Chart(QWidget):
             y = r.bottom() - frac * r.height()
             p.setPen(QPen(grid, 1))
             p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y))
-            p.setPen(text)
-            p.drawText(QRectF(0, y - 8, _MARGIN_L - 4, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                       y_fmt.format(frac * y_max))
+            if y_fmt is not None:
+                p.setPen(text)
+                p.drawText(QRectF(0, y - 8, _MARGIN_L - 4, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                           y_fmt.format(frac * y_max))
         return r
 
     def _empty(self, p: QPainter, r: QRectF, text: str) -> None:
@@ -114,7 +116,9 @@ class SpeedChart(_Chart):
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         top = max([v for _, v in self.points] + [self.plain or 0.0, 0.1]) * 1.15
-        r = self._frame(p, top, "{:.0f}" if top >= 20 else "{:.1f}" if top >= 2 else "{:.2f}")
+        # Before a reply's first token there is no speed to scale by: an axis of "0.11" tokens/s read as a measurement.
+        fmt = "{:.0f}" if top >= 20 else "{:.1f}" if top >= 2 else "{:.2f}"
+        r = self._frame(p, top, fmt if self.points or self.plain else None)
         if len(self.points) < 1:
             self._empty(p, r, "no tokens yet")
             return
