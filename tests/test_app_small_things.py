@@ -288,30 +288,42 @@ def test_a_table_streams_in_as_a_table_never_as_raw_pipes(qtbot):
     assert "Column 1" in final and "a" in final and "Done." in final and "|" not in final
 
 
+def _window_on_a_target_without_template(qtbot, tiny, isolated_home):
+    """A window on the tiny pair whose target has no chat template (the engine notes it after each reply)."""
+    installed = install_tiny(tiny, isolated_home)
+    tiny_models.write_tiny_model(installed["target"], dataclasses.replace(tiny_models.TARGET, chat_template=None))
+    return open_window(qtbot)
+
+
+def _ask(qtbot, w, text: str) -> None:
+    """Type `text` in the message box and press Enter; back when the reply has finished."""
+    qtbot.keyClicks(w.input, text)
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+
+
 def test_a_note_about_the_pair_is_shown_once_not_over_every_reply(qtbot, tiny, isolated_home):
     """A target without a chat template: its note comes over the chat after the first reply, dismissed it stays
-    away for the next reply, and the status line still says it (real Enter key, real mouse click)."""
-    from dataclasses import replace
-
-    import tiny_models
-    from PySide6.QtCore import Qt
-    from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window
-
-    installed = install_tiny(tiny, isolated_home)
-    tiny_models.write_tiny_model(installed["target"], replace(tiny_models.TARGET, chat_template=None))
-    w = open_window(qtbot)
-    for text in ("one", "two"):
-        qtbot.keyClicks(w.input, text)
-        with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
-            qtbot.keyClick(w.input, Qt.Key.Key_Return)
-        if text == "one":
-            qtbot.waitUntil(lambda: w.notice.isVisible())
-            assert "has no chat template" in w.notice.text()
-            qtbot.mouseClick(w.notice.close_button, Qt.MouseButton.LeftButton)
-            assert not w.notice.isVisible()
+    away for the next reply and after a restart, and the status line still says it (real Enter key, real mouse
+    click)."""
+    w = _window_on_a_target_without_template(qtbot, tiny, isolated_home)
+    _ask(qtbot, w, "one")
+    qtbot.waitUntil(lambda: w.notice.isVisible())
+    assert "has no chat template" in w.notice.text()
+    qtbot.mouseClick(w.notice.close_button, Qt.MouseButton.LeftButton)
+    assert not w.notice.isVisible()
+    _ask(qtbot, w, "two")
     qtbot.wait(200)  # the finished reply's signals are all delivered
     assert not w.notice.isVisible() and len(w.controller.messages) == 4
     assert "has no chat template" in w.status_label.text()
+    w.close()
+    # The next launch with the same pair: the note is not back over the chat (it came at every launch), the
+    # status line still says it.
+    w2 = open_window(qtbot)
+    assert "has no chat template" in w2.status_label.text()
+    _ask(qtbot, w2, "three")
+    qtbot.wait(200)
+    assert len(w2.controller.messages) == 6 and not w2.notice.isVisible()
 
 
 def test_the_speed_chart_has_no_scale_before_a_reply_has_a_speed(qtbot, tiny, isolated_home):
@@ -334,3 +346,16 @@ def test_the_speed_chart_has_no_scale_before_a_reply_has_a_speed(qtbot, tiny, is
         qtbot.keyClick(w.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(chart.points))
     assert label_pixels() > 20
+
+
+def test_a_reply_records_its_settings_without_the_notes_seen(qtbot, tiny, isolated_home):
+    """The notes the app remembers as shown are not a setting a reply was made with: kept out of what every
+    message records (they would grow each message by the notes' text)."""
+    w = _window_on_a_target_without_template(qtbot, tiny, isolated_home)
+    _ask(qtbot, w, "one")
+    _ask(qtbot, w, "two")
+    qtbot.waitUntil(lambda: len(w.controller.prefs.settings.notes_seen) == 1)
+    assert "has no chat template" in w.controller.prefs.settings.notes_seen[0]
+    replies = [m for m in w.controller.messages if m.role is Role.ASSISTANT]
+    assert len(replies) == 2 and all("notes_seen" not in m.settings and m.settings["temperature"] == 0.0
+                                     for m in replies)

@@ -26,12 +26,16 @@ VALUE = JSON | KINDS | st.integers(-2, 20)
 def check_typed(s: AppSettings) -> None:
     assert isinstance(s.theme, Theme) and isinstance(s.drafter, DraftSpec) and isinstance(s.draft_max, DraftLength)
     assert s.draft_max.is_auto or 1 <= s.draft_max.k <= 16
+    assert isinstance(s.notes_seen, tuple) and len(s.notes_seen) <= 32 and all(isinstance(n, str) for n in s.notes_seen)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.dictionaries(st.sampled_from(["theme", "drafter", "draft_max", "temperature", "seed", "top_k", "n_threads",
-                                        "window_geometry", "history_drafts", "target", "unknown"]), VALUE, max_size=6))
+                                        "window_geometry", "history_drafts", "target", "notes_seen", "unknown"]),
+                       VALUE | st.lists(st.text(max_size=8), max_size=40), max_size=6))
 @example({"draft_max": True, "drafter": 3, "theme": ["dark"]})
+@example({"notes_seen": [f"note {i}" for i in range(40)]})
+@example({"notes_seen": ["a", 1]})
 @example({"draft_max": "4", "drafter": "", "theme": None})
 def test_any_json_in_the_settings_file_reads_as_typed_settings(tmp_path, values):
     path = tmp_path / "settings.json"

@@ -141,9 +141,6 @@ class Replies(QObject):
         self._handlers: dict[int, ReplyHandler] = {}
         self._pending: dict[int, list] = {}
         self._was_busy = False
-        self._notes_shown: set[str] = set()
-        """Notes about the pair (a copy made for this CPU, a missing chat template) shown once: repeated over the
-        chat after every reply, the default pair's hid the top of each reply. The status line keeps them."""
         self.sig_request.connect(worker.reply)
         self._links = ((worker.sig_event, self._on_event), (worker.sig_reply_failed, self._on_reply_failed),
                        (worker.sig_reply_finished, self._on_reply_finished))
@@ -352,7 +349,7 @@ class Replies(QObject):
 
     def _new_reply(self, conv_id: int, question: Message, s: AppSettings) -> Message:
         return self.store.add_message(conv_id, Role.ASSISTANT, "", Path(s.target).name, drafter_label(s.drafter),
-                                      s.to_json(), parent_id=question.id)
+                                      s.recorded(), parent_id=question.id)
 
     def _streaming(self, question: Message, reply: Message, s: AppSettings) -> StreamingReply:
         convs = self.conversations
@@ -514,8 +511,10 @@ class Replies(QObject):
             self.sig_notice.emit(explain(rec.error))
         elif rec.done is not None and rec.done.finish_reason == FinishReason.CONTEXT_FULL:
             self.sig_notice.emit(CONTEXT_FULL_NOTICE)
-        elif rec.done is not None and (note := rec.done.stats.note) and note not in self._notes_shown:
-            self._notes_shown.add(note)
+        elif rec.done is not None and (note := rec.done.stats.note) and note not in self.settings.notes_seen:
+            # Once, not after every reply (the default pair's hid the top of each) nor at every launch: the
+            # status line keeps saying it.
+            self.prefs.adopt(notes_seen=(*self.settings.notes_seen, note))
             self.sig_notice.emit(Notice(note[:1].upper() + note[1:] + ".", Level.INFO))
         self.conversations.emit_list()
 

@@ -82,6 +82,9 @@ class AppSettings:
     """Prompt lookup also drafts from an index of past conversations (opt-in: it stores their token n-grams)."""
     history_cap_mb: int = 64
     """Most megabytes that index may hold, in memory and on disk."""
+    notes_seen: tuple[str, ...] = ()
+    """Notes about a pair already shown over the chat (a copy made for this CPU, a missing chat template): each
+    comes once, not at every launch; the status line keeps saying it. The last NOTES_KEPT."""
 
     def __post_init__(self) -> None:
         # Kinds are types whoever builds the settings (the file, a widget, a test): text is parsed once, here.
@@ -96,6 +99,12 @@ class AppSettings:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(theme=self.theme.value, drafter=self.drafter.text, draft_max=self.draft_max.to_json())
+        return d
+
+    def recorded(self) -> dict[str, Any]:
+        """What a reply records of the settings it was made with: the app's memory of notes is not one of them."""
+        d = self.to_json()
+        del d["notes_seen"]
         return d
 
 
@@ -128,9 +137,20 @@ def _drafter(v: Any) -> DraftSpec | None:
     return DraftSpec.parse(v) if isinstance(v, (DraftSpec, str)) else None
 
 
+#: Notes about pairs remembered as seen (settings.notes_seen): a few pairs' worth.
+NOTES_KEPT = 32
+
+
+def _notes(v: Any) -> tuple[str, ...] | None:
+    """A list of texts (the file's JSON list, or a tuple), the last NOTES_KEPT; None for anything else."""
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+        return None
+    return tuple(v[-NOTES_KEPT:]) if v else ()
+
+
 # The settings that hold a kind: the parser from the stored text (or the type itself) to that kind,
 # None where a value cannot be one.
-_PARSERS = {"theme": _theme, "draft_max": _draft_length, "drafter": _drafter}
+_PARSERS = {"theme": _theme, "draft_max": _draft_length, "drafter": _drafter, "notes_seen": _notes}
 
 _CHECKS = {
     "temperature": lambda v: isinstance(v, (int, float)) and 0 <= v <= 5,
