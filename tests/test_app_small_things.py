@@ -359,3 +359,20 @@ def test_a_reply_records_its_settings_without_the_notes_seen(qtbot, tiny, isolat
     replies = [m for m in w.controller.messages if m.role is Role.ASSISTANT]
     assert len(replies) == 2 and all("notes_seen" not in m.settings and m.settings["temperature"] == 0.0
                                      for m in replies)
+
+
+def test_a_reply_too_short_to_draft_in_says_so_not_that_drafting_was_judged_slower(qtbot, tiny, isolated_home):
+    """Auto judges a model drafter on the reply's own first tokens (six here): a four-token reply ended before
+    that, and the panel said "Auto judged drafting slower than plain decoding here", a verdict nobody made.
+    A longer reply that Auto could judge keeps its own sentence (real Enter key, the panel's text)."""
+    install_tiny(tiny, isolated_home, draft_max="auto", max_tokens=4)
+    w = open_window(qtbot)
+    _ask(qtbot, w, "hello")
+    qtbot.waitUntil(lambda: w.stats.snapshot is not None and w.stats.snapshot.finished)
+    s = w.stats.snapshot
+    assert s.tokens == 4 and s.drafted == 0
+    assert w.stats.verdict.text() == "Plain decoding: the reply was too short for Auto to start drafting."
+    w.controller.update_settings(max_tokens=40)
+    _ask(qtbot, w, "hello again")
+    qtbot.waitUntil(lambda: w.stats.snapshot is not None and w.stats.snapshot.finished and w.stats.snapshot.tokens > 6)
+    assert "too short" not in w.stats.verdict.text()

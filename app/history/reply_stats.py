@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.decoding.events import Certainty, DraftKind, RoundEvent, RoundTotals, Stats
+from engine.decoding.policy import LOOK_TOKENS
 
 HELPING = 1.05
 """At or above this speed ratio speculation is 'helping'."""
@@ -176,6 +177,9 @@ def _verdict(s: StatsSnapshot) -> Verdict:
     if s.rounds == 0:
         return Verdict("Waiting for the first round…", "neutral")
     if s.drafted == 0:
+        if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
+            # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.
+            return Verdict("Plain decoding: the reply was too short for Auto to start drafting.", "neutral")
         if s.auto and s.rounds > 1:
             return Verdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
                            "neutral")
