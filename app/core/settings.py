@@ -145,7 +145,7 @@ def _notes(v: Any) -> tuple[str, ...] | None:
     """A list of texts (the file's JSON list, or a tuple), the last NOTES_KEPT; None for anything else."""
     if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
         return None
-    return tuple(v[-NOTES_KEPT:]) if v else ()
+    return tuple(v[-NOTES_KEPT:])
 
 
 # The settings that hold a kind: the parser from the stored text (or the type itself) to that kind,
