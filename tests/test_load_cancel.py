@@ -261,13 +261,15 @@ def test_a_cancelled_switch_keeps_the_pair_in_use(qtbot, engine, tiny):
 
 
 def test_closing_the_window_cancels_the_load_instead_of_waiting_for_it(qtbot, tiny, isolated_home):
+    from app.control.controller import ChatController
     from app.window import MainWindow
 
     installed = install_tiny(tiny, isolated_home)
-    w = MainWindow()
+    controller = ChatController()
+    worker, thread = controller.worker, controller.thread
+    reached, gate, seen = hold_at(worker, "target", 0.0)  # before the window starts the saved pair's load
+    w = MainWindow(controller)
     qtbot.addWidget(w)
-    worker, thread = w.controller.worker, w.controller.thread
-    reached, gate, seen = hold_at(worker, "target", 0.0)
     failures = []
     worker.sig_load_failed.connect(lambda _req, exc, _still: failures.append(exc), Qt.ConnectionType.DirectConnection)
     try:
@@ -283,13 +285,15 @@ def test_closing_the_window_cancels_the_load_instead_of_waiting_for_it(qtbot, ti
 
 
 def test_picking_another_pair_mid_load_cancels_the_old_load_quietly(qtbot, tiny, isolated_home):
+    from app.control.controller import ChatController
     from app.window import MainWindow
 
     install_tiny(tiny, isolated_home)
-    w = MainWindow()
+    controller = ChatController()
+    worker = controller.worker
+    reached, gate, _ = hold_at(worker, "target", 0.3)  # before the window starts the saved pair's load
+    w = MainWindow(controller)
     qtbot.addWidget(w)
-    worker = w.controller.worker
-    reached, gate, _ = hold_at(worker, "target", 0.3)
     failures = []
     worker.sig_load_failed.connect(lambda req, exc, _still: failures.append((req.drafter, type(exc))),
                                    Qt.ConnectionType.DirectConnection)
