@@ -51,14 +51,15 @@ GPU = {1: 0.1, 2: 0.102, 4: 0.106, 8: 0.114, 16: 0.13, 17: 0.131}
 def test_auto_looks_at_an_unjudged_model_drafter_once_the_reply_has_tokens_to_judge():
     auto = AutoK(blocks(CPU))
     assert auto.cautious()
-    # The prompt (100 tokens) is unread: no draft on the prior; a look once 8 reply tokens are in the backlog.
+    # The prompt (100 tokens) is unread: no draft on the prior; a look once 12 reply tokens are in the backlog.
+    assert LOOK_TOKENS == 12
     for judgeable in range(LOOK_TOKENS):
         assert auto.request(16, 101 + judgeable, 200, judgeable) == DraftRequest(0, 16)
-    assert auto.request(16, 109, 200, 8) == DraftRequest(0, 16, look=8)
-    assert auto.request(16, 10, 200, 8) == DraftRequest(0, 16, look=8)  # one token not the reply's: still a read
+    assert auto.request(16, 113, 200, 12) == DraftRequest(0, 16, look=12)
+    assert auto.request(16, 14, 200, 12) == DraftRequest(0, 16, look=12)  # one token not the reply's: still a read
     assert auto.request(16, 140, 200, 39) == DraftRequest(0, 16, look=LOOK_MAX)
     # A drafter with nothing to read (the backlog is the reply's own tokens) drafts on its prior.
-    assert auto.request(16, 9, 200, 8).model_k > 0
+    assert auto.request(16, 13, 200, 12).model_k > 0
     assert auto.request(16, 1, 200, 0).model_k > 0
 
 
