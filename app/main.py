@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Draftlight")
     app.setApplicationDisplayName("Draftlight")
     app.setDesktopFileName("draftlight")
+    shown = _quit_on_signals()  # before the window: building it starts the saved pair's load
     window = MainWindow()
     window.show()
-    _quit_on_signals(window)
+    shown(window)
     code = app.exec()
     from app.control.controller import engine_threads_running
 
@@ -55,22 +57,38 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _quit_on_signals(window) -> None:
-    """Ctrl+C or a TERM closes the window properly (the reply stops, the chat is saved)."""
+def _quit_on_signals() -> Callable[[object], None]:
+    """Ctrl+C or a TERM closes the window properly (the reply stops, the chat is saved). Installed before
+    the window is built, which starts loading the saved pair: a TERM then (a logout at launch) closes the
+    window as soon as it is shown instead of killing the process. Returns what to call with the window
+    once it is shown."""
     import signal
 
     from PySide6.QtCore import QTimer
 
+    held: dict[str, object] = {}
+
     def close(*_args) -> None:
-        window.close()
+        window = held.get("window")
+        if window is None:
+            held["asked"] = True
+        else:
+            window.close()
 
     signal.signal(signal.SIGINT, close)
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, close)
-    # Python runs signal handlers only between bytecodes: wake it now and then from Qt's loop.
-    window._signal_timer = QTimer(window, interval=250)
-    window._signal_timer.timeout.connect(lambda: None)
-    window._signal_timer.start()
+
+    def shown(window) -> None:
+        held["window"] = window
+        # Python runs signal handlers only between bytecodes: wake it now and then from Qt's loop.
+        window._signal_timer = QTimer(window, interval=250)
+        window._signal_timer.timeout.connect(lambda: None)
+        window._signal_timer.start()
+        if held.get("asked"):
+            QTimer.singleShot(0, window.close)  # in the event loop, so that closing quits it
+
+    return shown
 
 
 if __name__ == "__main__":

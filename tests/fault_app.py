@@ -1,6 +1,7 @@
 """A real Draftlight process for the fault tests, with a hook per mode (run by the tests; not a test).
 
     python tests/fault_app.py hold-load   the engine thread is held inside the model load
+    python tests/fault_app.py term-while-built   a TERM arrives while the window is built, before it is shown
     python tests/fault_app.py chat        starts a new chat and sends a message, the next when each reply ends
     python tests/fault_app.py zygote      imports the app once, then per stdin line `MODE FIFO`
                                           forks a fresh app process whose stdout is FIFO, prints
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -34,14 +36,20 @@ def say(*parts) -> None:
     print(*parts, flush=True)
 
 
-def hold_load(window) -> None:
+def hold_load(controller) -> None:
     forever = threading.Event()
 
     def stuck(_which, _fraction) -> None:  # on the engine thread, inside llama.cpp's load
         say("loading")
         forever.wait(600)
 
-    window.controller.worker.sig_load_progress.connect(stuck, Qt.ConnectionType.DirectConnection)
+    controller.worker.sig_load_progress.connect(stuck, Qt.ConnectionType.DirectConnection)
+
+
+def term_while_built(window) -> None:
+    """A TERM while the window is built (it has started loading the saved pair) and not yet shown."""
+    say("built")
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def chat(window) -> None:
@@ -70,21 +78,29 @@ def chat(window) -> None:
     c.sig_reply_finished.connect(finished)
 
 
-MODES = {"hold-load": hold_load, "chat": chat}
+#: Hooks on the controller run as soon as it exists: the window's constructor starts the saved pair's load.
+CONTROLLER_MODES = {"hold-load": hold_load}
+WINDOW_MODES = {"chat": chat, "term-while-built": term_while_built}
 
 
 def run(mode: str) -> int:
     import app.window as window_module
+    from app.control.controller import ChatController
     from app.main import main
 
-    hook = MODES[mode]
-    build = window_module.MainWindow.__init__
+    def after(cls, hook) -> None:
+        build = cls.__init__
 
-    def init(self, *args, **kwargs) -> None:
-        build(self, *args, **kwargs)
-        hook(self)
+        def init(self, *args, **kwargs) -> None:
+            build(self, *args, **kwargs)
+            hook(self)
 
-    window_module.MainWindow.__init__ = init
+        cls.__init__ = init
+
+    if mode in CONTROLLER_MODES:
+        after(ChatController, CONTROLLER_MODES[mode])
+    else:
+        after(window_module.MainWindow, WINDOW_MODES[mode])
     return main([])
 
 

@@ -40,18 +40,21 @@ def test_closing_mid_reply_saves_it_as_stopped(qtbot, tiny, isolated_home):
 
 def test_closing_during_a_load_does_not_wait_for_it_and_the_models_are_freed_after(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
+    from app.control.controller import ChatController
     from app.window import MainWindow
 
-    w = MainWindow()
-    qtbot.addWidget(w)
-    worker, thread = w.controller.worker, w.controller.thread
+    controller = ChatController()
+    worker, thread = controller.worker, controller.thread
     inside, gate = threading.Event(), threading.Event()
 
     def stuck(_which, _fraction):  # llama.cpp's load progress callback: the engine thread is inside the load
         inside.set()
         gate.wait(120)
 
+    # Before the window: its constructor starts the saved pair's load, which could pass a later hold.
     worker.sig_load_progress.connect(stuck, Qt.ConnectionType.DirectConnection)
+    w = MainWindow(controller)
+    qtbot.addWidget(w)
     try:
         w.show()
         qtbot.waitUntil(inside.is_set, timeout=LOAD_TIMEOUT_MS)
@@ -106,3 +109,15 @@ def test_the_app_process_exits_when_closed_during_a_load(tiny, isolated_home):
         else:
             raise AssertionError(f"the app ended before loading: {proc.wait()} {proc.stderr.read()}")
         terminated_cleanly(proc)  # the held load would last 10 minutes
+
+
+def test_a_term_while_the_window_is_built_closes_it_once_shown(tiny, isolated_home):
+    """A TERM after the window's constructor has started loading the saved pair, before the window is shown (a
+    logout during a launch): the window closes properly and the process exits 0. It once died of the TERM (-15):
+    the handler was installed after the window was built."""
+    install_tiny(tiny, isolated_home)
+    with fault_app(isolated_home, "term-while-built") as proc:
+        out, err = proc.communicate(timeout=60)
+    assert out.splitlines()[:1] == ["built"]
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err

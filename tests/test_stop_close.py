@@ -115,11 +115,11 @@ def test_close_returns_while_the_engine_thread_is_held_and_the_models_are_freed_
 
 def test_cancel_of_a_load_returns_while_the_engine_thread_is_held(qtbot, tiny, isolated_home):
     install_tiny(tiny, isolated_home)
+    from app.control.controller import ChatController
     from app.window import MainWindow
 
-    w = MainWindow()
-    qtbot.addWidget(w)
-    worker = w.controller.worker
+    controller = ChatController()
+    worker = controller.worker
     held = threading.Lock()
     held.acquire()
     inside = threading.Event()
@@ -129,7 +129,10 @@ def test_cancel_of_a_load_returns_while_the_engine_thread_is_held(qtbot, tiny, i
         with held:
             pass
 
+    # Before the window: its constructor starts the saved pair's load, which could pass a later hold.
     worker.sig_load_progress.connect(in_load, Qt.ConnectionType.DirectConnection)
+    w = MainWindow(controller)
+    qtbot.addWidget(w)
     # Not qtbot.waitSignal on the worker: its slot would run on the engine thread, and a failure landing
     # between waitSignal's check and its event loop starting was lost (the test hung past its timeout).
     failed = Received()
