@@ -119,6 +119,10 @@ class Drafter(ABC):
     def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         """A new reply starts from `context` (prompt tokens); a set `stop` may cut a long read short."""
 
+    def reply_starts(self, at: int | None) -> None:
+        """The next reply starts `at` tokens into its context, after a chat template's frame for it (None:
+        the context is raw text the reply continues). Told before each reply, whether or not `begin` runs."""
+
     @abstractmethod
     def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
                 rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:
@@ -274,7 +278,11 @@ class LookupDrafter(Drafter):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.history = history
+        self._reply_start = 0
         self.reset()
+
+    def reply_starts(self, at: int | None) -> None:
+        self._reply_start = at or 0
 
     def reset(self) -> None:
         self._tokens: list[int] = []
@@ -302,16 +310,22 @@ class LookupDrafter(Drafter):
         """The longest n-gram match ending `context` and up to k tokens that followed it, with the
         match's length: beyond the longest n-gram indexed, how far back the context goes on agreeing
         with what came before the match (up to MATCH_CAP), so a reply copying a passage tells a
-        run of dozens of tokens from a five-token coincidence."""
+        run of dozens of tokens from a five-token coincidence.
+
+        The match lies within the reply (`reply_starts`): before it a conversation ends in the chat
+        template's frame of a turn ("<|im_end|>\n<|im_start|>assistant\n"), the same every turn,
+        which matched the previous reply's opening in each of the 5 recorded two-turn chats and was
+        never right (the drafts were what the last reply began with)."""
         self._extend(context)
         toks = self._tokens
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+        reply = len(toks) - self._reply_start
+        for n in range(min(self.max_ngram, reply), self.min_ngram - 1, -1):
             if len(toks) <= n:
                 continue
             pos = self._index[n].get(tuple(toks[-n:]))
             if pos is not None and pos + n < len(toks):
                 follows, end = pos + n, len(toks) - n  # back from the match's n-gram and from its source
-                while n < MATCH_CAP and pos > 0 and toks[pos - 1] == toks[end - 1]:
+                while n < min(MATCH_CAP, reply) and pos > 0 and toks[pos - 1] == toks[end - 1]:
                     pos, end, n = pos - 1, end - 1, n + 1
                 return n, toks[follows : follows + k]
         return None
@@ -359,6 +373,9 @@ class CombinedDrafter(Drafter):
     def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         self.lookup.begin(context)
         self.model.begin(context, stop)
+
+    def reply_starts(self, at: int | None) -> None:
+        self.lookup.reply_starts(at)
 
     def behind(self, context: Sequence[int]) -> int:
         return self.model.behind(context)

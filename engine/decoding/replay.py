@@ -328,6 +328,7 @@ def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[i
     lookup: dict[int, tuple[int, int, int]] = {}
     lk = LookupDrafter()
     lk.begin(list(prompt))
+    lk.reply_starts(len(prompt))  # the bench's prompts are rendered conversations
     for t in range(len(reply)):
         ctx = list(prompt) + list(reply[:t])
         found = lk.find(ctx, K_MAX)

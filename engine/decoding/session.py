@@ -102,6 +102,8 @@ class RenderedPrompt:
     notes: list[str] = field(default_factory=list)
     thinking_open: bool = False
     """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
+    reply_from: int | None = None
+    """Where the reply starts in `tokens`: after the template's frame for it, before a reply prefix."""
 
 
 def _depth_line(depths: tuple[int, int], step: float, blocks: dict[int, float], deep: dict[int, float]) -> DepthLine | None:
@@ -510,7 +512,8 @@ class Session:
             )
         notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         # A continued reply goes on from its answer: what it adds is answer, whatever the template opened.
-        return RenderedPrompt(tokens, dropped, notes, opens_thinking(text) and not reply_prefix)
+        return RenderedPrompt(tokens, dropped, notes, opens_thinking(text) and not reply_prefix,
+                              len(tokens) - len(reply_prefix))
 
     def reply_tokens(self, text: str, token_ids: Sequence[int] = ()) -> list[int]:
         """The tokens of a reply written so far, for `render(reply_prefix=...)`: its own ids when they spell
@@ -581,16 +584,17 @@ class Session:
         (Session.reply_tokens), continue that reply instead: the events are those of what it adds."""
         rendered = self.render(messages, reserve=settings.max_tokens, reply_prefix=reply_prefix)
         return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True,
-                                    thinking_open=rendered.thinking_open)
+                                    thinking_open=rendered.thinking_open, reply_from=rendered.reply_from)
 
     def complete(self, prompt: str, settings: GenerationSettings = GenerationSettings()) -> Iterator[Event]:
         """Continue raw text, no chat template."""
         return self.generate_tokens(self.target.tokenize(prompt, add_special=True), settings)
 
     def generate_tokens(self, tokens: list[int], settings: GenerationSettings, notes: Sequence[str] = (),
-                        chat: bool = False, thinking_open: bool = False) -> Iterator[Event]:
+                        chat: bool = False, thinking_open: bool = False, reply_from: int | None = None) -> Iterator[Event]:
         """`chat`: the tokens are a rendered conversation, so the reply ends at the template's stop strings
-        and its thinking, if it thinks, comes apart from its answer (`thinking_open`: the prompt opened it)."""
+        and its thinking, if it thinks, comes apart from its answer (`thinking_open`: the prompt opened it);
+        `reply_from`: where the reply starts in them (RenderedPrompt.reply_from)."""
         self.stop_event = stop = StopRequest()
         for m in self._models():
             m.watch(stop)
@@ -599,6 +603,7 @@ class Session:
             drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
             stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
             control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
+            reply_from=reply_from,
         )
         return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
 

@@ -285,12 +285,15 @@ def generate(
     control: bool = False,
     stop_strings: Sequence[str] = (),
     p_min: float = 0.0,
+    reply_from: int | None = None,
 ) -> Iterator[Event]:
     """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
     plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
     `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
     whose text may begin one is yielded once the next round tells, still followed by its own tokens.
-    `p_min`: a model drafter stops drafting below this top probability (engine.decoding.policy.DraftRequest)."""
+    `p_min`: a model drafter stops drafting below this top probability (engine.decoding.policy.DraftRequest).
+    `reply_from`: where the reply starts in a rendered conversation, after the chat template's frame for it
+    (None: raw text, which the reply continues); prompt lookup matches only within the reply."""
     if not prompt:
         raise EngineError("the prompt is empty")
     params.validate()
@@ -302,6 +305,8 @@ def generate(
     if len(prompt) >= target.n_ctx:
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 
+    if drafter is not None:
+        drafter.reply_starts(reply_from)
     t_prefill = time.perf_counter()
     ctx, reused = prefill(target, prompt, drafter, policy, stop)
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill)

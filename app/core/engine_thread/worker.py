@@ -262,7 +262,7 @@ class EngineWorker(QObject):
             except ContextFullError as exc:
                 raise _too_large(session, req.attachments, exc) or exc from None
             events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True,
-                                             thinking_open=rendered.thinking_open)
+                                             thinking_open=rendered.thinking_open, reply_from=rendered.reply_from)
             stop = session.stop_event  # this reply's own
             self._running = (req.id, stop)  # then read _stopped (stop() writes them the other way round)
             if req.id in self._stopped:  # stopped before it began
