@@ -155,7 +155,7 @@ def test_a_look_judges_the_drafters_own_predictions_of_the_replys_tokens(tiny):
 
 def reply(target, prompt, drafter=None, policy=None, n=40):
     target.clear()
-    ctx, _ = prefill(target, prompt, drafter, policy or NoDraft(), None)
+    ctx, _, _ = prefill(target, prompt, drafter, policy or NoDraft(), None)
     return list(rounds(target, ctx, SamplingParams(), drafter, policy or NoDraft(), n, None, np.random.default_rng(0)))
 
 
