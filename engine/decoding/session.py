@@ -582,7 +582,11 @@ class Session:
              reply_prefix: Sequence[int] = ()) -> Iterator[Event]:
         """Reply to a conversation (list of {'role', 'content'}, system first if any); with `reply_prefix`
         (Session.reply_tokens), continue that reply instead: the events are those of what it adds."""
-        rendered = self.render(messages, reserve=settings.max_tokens, reply_prefix=reply_prefix)
+        return self.reply(self.render(messages, reserve=settings.max_tokens, reply_prefix=reply_prefix), settings)
+
+    def reply(self, rendered: RenderedPrompt, settings: GenerationSettings) -> Iterator[Event]:
+        """The reply to a rendered conversation (Session.render): its stop strings, its thinking apart, its
+        notes, prompt lookup within the reply."""
         return self.generate_tokens(rendered.tokens, settings, rendered.notes, chat=True,
                                     thinking_open=rendered.thinking_open, reply_from=rendered.reply_from)
 

@@ -261,8 +261,7 @@ class EngineWorker(QObject):
                 rendered = session.render(list(req.messages), reserve=req.settings.max_tokens, reply_prefix=prefix)
             except ContextFullError as exc:
                 raise _too_large(session, req.attachments, exc) or exc from None
-            events = session.generate_tokens(rendered.tokens, req.settings, rendered.notes, chat=True,
-                                             thinking_open=rendered.thinking_open, reply_from=rendered.reply_from)
+            events = session.reply(rendered, req.settings)
             stop = session.stop_event  # this reply's own
             self._running = (req.id, stop)  # then read _stopped (stop() writes them the other way round)
             if req.id in self._stopped:  # stopped before it began
