@@ -71,7 +71,7 @@ def all_accepted_speedup(k: int, profile: CostProfile) -> float:
 # -- recording -------------------------------------------------------------------------------------------
 def cost_header() -> dict:
     head = json.loads(COSTS.read_text(encoding="utf-8").splitlines()[0])
-    return {**head, "costs_from": "resources/bench/traces.jsonl",
+    return {**head, "max_tokens": MAX_TOKENS, "costs_from": "resources/bench/traces.jsonl",
             "note": "costs copied from resources/bench/traces.jsonl (engine bench --traces), not measured again: the "
                     "machine was loaded by other work when these traces were recorded; the traces themselves hold "
                     "only tokens, so they do not depend on the load",

@@ -23,7 +23,9 @@ def test_the_second_load_uses_the_kept_measurement_and_measures_nothing(tiny):
     first.close()
     second = open_session(tiny, n_threads=1)
     try:
-        assert second.target.passes == 0 and second.draft_model.passes == 0  # no timing decode at all
+        # No timing decode at all: the drafter's one pass is its read of the template's opening (Session.opening).
+        assert second.target.passes == 0 and second.draft_model.passes == 1
+        assert list(second.draft_model.kv) == second.opening()
         assert sorted(second.kept_calibration) == sorted([tiny["target"].name, tiny["drafter"].name])
         for n, v in measured.items():
             assert second.costs.verify_cost(n) == pytest.approx(v)
@@ -93,14 +95,14 @@ def test_a_drafter_switched_to_under_load_costs_what_was_kept_and_switching_back
         s.costs.plain_speed.value = 3.0  # plain rounds now run 3x slower than the calibration
         s.set_drafter(str(tiny["drafter"]))
         step = calibration.load(s._key(s.draft_model))["step"]
-        assert s.draft_model.passes == 0  # read, not measured
+        assert s.draft_model.passes == 1  # read, not measured: its one pass read the template's opening
         assert s.costs.draft_cost(1) == pytest.approx(step)  # kept at the speed it was written at: today's
         assert s.costs.draft_per_token.value == pytest.approx(step / 3)
         price = s.costs.draft_cost(1)
         for _ in range(3):
             s.set_drafter(None)
             s.set_drafter(str(tiny["drafter"]))
-        assert s.costs.draft_cost(1) == pytest.approx(price) and s.draft_model.passes == 0
+        assert s.costs.draft_cost(1) == pytest.approx(price) and s.draft_model.passes == 1  # it holds the opening
         # A reply writes the price back at today's speed; the load then halves. A drafter switched back to
         # keeps what this session held (at the calibration's speed), priced at the new speed: the half.
         list(s.chat([{"role": "user", "content": "hello"}], GenerationSettings(draft_max=0, max_tokens=2)))
@@ -326,7 +328,7 @@ def test_a_drafter_step_is_kept_only_as_undisturbed_rounds_measured_it(tiny):
         s.close()
     again = open_session(tiny, n_threads=1)  # the next launch takes it as kept
     try:
-        assert again.draft_model.passes == 0
+        assert again.draft_model.passes == 1  # the opening's read
         assert again.costs.draft_cost(1) == pytest.approx(1.15 * step)
     finally:
         again.close()

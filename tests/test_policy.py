@@ -31,7 +31,8 @@ def feed(policy: AutoK, key: DraftKey, k: int, accepted: int, rounds: int, verif
 
 
 def model_k(policy, limit: int = 16, behind: int = 1) -> int:
-    return policy.request(limit, behind).model_k
+    """`behind`: reply tokens the drafter has not read (it read the prompt), as the live loop says them."""
+    return policy.request(limit, behind, judgeable=max(0, behind - 1)).model_k
 
 
 def test_slow_drafter_on_cpu_is_turned_off_even_when_it_is_right():

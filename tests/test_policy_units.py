@@ -465,12 +465,20 @@ def test_a_first_look_dearer_than_a_plain_round_waits_for_its_budget():
     # once before the allowance was capped: 1.198 s for 599 tokens) the charged 0.688 s outweighs a
     # plain round and the drafter waits for its budget; at 0.652 s the look's 0.14 s is dearer than a
     # plain round, though cheaper than a round that drafts one token. With 50 tokens left in the reply
-    # the allowance is 0.1 s: a read of 0.102 s is due, one of 0.3 s is not.
+    # the allowance is 0.1 s: a read of 0.102 s is due, one of 0.3 s is not. The backlog is the reply's own
+    # tokens (judgeable: the drafter read the prompt); an unread prompt is priced over the tokens the reply
+    # is expected to run (expected_remaining): 12 where it has run 12 or fewer, so 0.024 s of allowance.
     for catchup, remaining, first in ((0.514, None, 1), (1.2, None, 0), (0.652, None, 0), (0.102, 50, 1),
                                       (0.3, 50, 0), (0.514, 1000, 1), (1.2, 1000, 0)):
         c = priced({1: 0.1, 2: 0.15, 3: 0.2}, draft=0.03)
         c.catchup.add(599, catchup)
-        assert AutoK(c, k_max=2).request(2, behind=600, remaining=remaining).model_k == first, (catchup, remaining)
+        auto = AutoK(c, k_max=2)
+        assert auto.request(2, behind=600, remaining=remaining, judgeable=599).model_k == first, (catchup, remaining)
+    for catchup, so_far, first in ((0.124, 12, 1), (0.126, 12, 0), (0.126, 0, 0), (0.144, 22, 1), (0.146, 22, 0)):
+        c = priced({1: 0.1, 2: 0.15, 3: 0.2}, draft=0.03)
+        c.catchup.add(599, catchup)
+        auto = AutoK(c, k_max=2)
+        assert auto.request(2, behind=600, remaining=None, judgeable=so_far).model_k == first, (catchup, so_far)
 
 
 def test_a_probe_goes_through_request_and_only_a_full_accept_after_it_looks_again():
@@ -657,13 +665,19 @@ def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_readin
         auto.probes[DraftKind.MODEL].idle_s = 0.0  # it drafted just now: no probe is due (a decline is 0)
         return auto
 
-    assert auto_with(1.5 - 1e-6).request(1, behind=100, remaining=50).model_k == 1
-    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=50).model_k == 0
-    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=51).model_k == 1
+    # The backlog is the reply's own 99 tokens (judgeable: the drafter read the prompt).
+    assert auto_with(1.5 - 1e-6).request(1, behind=100, remaining=50, judgeable=99).model_k == 1
+    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=50, judgeable=99).model_k == 0
+    assert auto_with(1.5 + 1e-6).request(1, behind=100, remaining=51, judgeable=99).model_k == 1
     # The horizon is at most REPLY_HORIZON tokens however long max_tokens is, and None means it.
     at_horizon = 0.03 * REPLY_HORIZON
-    assert auto_with(at_horizon - 1e-6).request(1, behind=100).model_k == 1
-    assert auto_with(at_horizon + 1e-6).request(1, behind=100, remaining=10 * REPLY_HORIZON).model_k == 0
+    assert auto_with(at_horizon - 1e-6).request(1, behind=100, judgeable=99).model_k == 1
+    assert auto_with(at_horizon + 1e-6).request(1, behind=100, remaining=10 * REPLY_HORIZON, judgeable=99).model_k == 0
+    # With the prompt unread, over the tokens the reply is expected to go on for: as many as it has run (20:
+    # 0.6 s), at least 12 (0.36 s), within what the limit leaves (15 of a reply that has run 20: 0.45 s).
+    for so_far, remaining, saved in ((20, 50, 0.6), (5, 50, 0.36), (0, None, 0.36), (20, 15, 0.45), (40, None, 1.2)):
+        assert auto_with(saved - 1e-6).request(1, behind=100, remaining=remaining, judgeable=so_far).model_k == 1
+        assert auto_with(saved + 1e-6).request(1, behind=100, remaining=remaining, judgeable=so_far).model_k == 0
     # Caught up (the token to score is all it has not read): no backlog to pay for.
     assert auto_with(1000.0).request(1, behind=1, remaining=2).model_k == 1
     # One unread token costs a 99th of the 99 (in proportion) against 0.06 s saved over 2 tokens: 99 * 0.06 s

@@ -103,8 +103,11 @@ def test_auto_against_the_best_fixed_k_in_hindsight():
     assert len(results) >= 180
     misses = [(c.profile, c.case, round(c.vs_best, 3)) for c in results if c.vs_best < 0.95]
     assert geomean([c.vs_best for c in results]) >= 0.99, "geometric mean of Auto / best fixed k"
+    # On GPU-like costs 0.981 -> 0.979 since an unread prompt is read only where the tokens a reply is expected
+    # to run repay it (policy.expected_remaining): the 2,392-token attached document is read after 14 plain
+    # rounds, not at once (0.97 -> 0.85 of the best k in hindsight, 1.58x of plain).
     for profile in {c.profile for c in results}:
-        assert geomean([c.vs_best for c in results if c.profile == profile]) >= 0.98, profile
+        assert geomean([c.vs_best for c in results if c.profile == profile]) >= (0.975 if profile == "gpu" else 0.98), profile
     worst = min(results, key=lambda c: c.vs_best)
     assert worst.vs_best >= 0.85, worst
     # Stop 28 added a document question (attach-doc), where Auto was 0.84x of plain on this machine: 0.94x
@@ -261,12 +264,16 @@ def test_a_prompt_is_read_into_the_model_drafter_only_where_the_reply_repays_the
     look before the first model draft after 6 tokens: 1.309 / 0.936, the worst an explanation whose drafter
     was right from its first token (0.951 without the look); after 12 (policy.LOOK_TOKENS, for everyday
     replies on the Xeon: test_a_look_after_twelve_tokens_keeps_short_everyday_replies_at_plain_speed):
-    1.304 / 0.926, that explanation waiting twelve plain rounds."""
+    1.304 / 0.926, that explanation waiting twelve plain rounds. Those figures asked the policy about the
+    tokens left before each reply's end, which the live loop cannot know; asked about what the limit of 96
+    leaves, as the live loop is: 1.275 / 0.847; with the chat template's opening read at load
+    (Session.opening): 1.292 / 0.884; with the prompt read only where the tokens the reply is expected to
+    run repay it (policy.expected_remaining): 1.298 / 0.984."""
     _, traces = load_traces(BENCH / "zen5_traces.jsonl")
-    assert all(t.prompt > 40 for t in traces)
+    assert all(t.prompt > 40 and t.opening == 24 and t.max_tokens == 96 for t in traces)
     speedups = [simulate(t, ZEN5_FAST, auto_policy("lookup+model"), "lookup+model").rate
                 / simulate(t, ZEN5_FAST, fixed_policy(0), "lookup+model").rate for t in traces]
-    assert geomean(speedups) >= 1.30 and min(speedups) >= 0.92, speedups
+    assert geomean(speedups) >= 1.29 and min(speedups) >= 0.95, speedups
 
 
 def test_a_look_after_twelve_tokens_keeps_short_everyday_replies_at_plain_speed():
@@ -274,14 +281,18 @@ def test_a_look_after_twelve_tokens_keeps_short_everyday_replies_at_plain_speed(
     replies of 7-96 tokens) and the bench's 13, replayed on the Xeon's costs with lookup + model. Judged on a
     reply's first 6 tokens, a drafter right at a translation's easy first words drafted 11 and kept 0-1 (0.67x
     of plain), and replies of a few words paid the whole look: geometric mean 1.124, 15 of 41 below 0.95x. A
-    look after 12 tokens: 1.162, 4 below 0.95x, the worst 0.84."""
+    look after 12 tokens: 1.162, 4 below 0.95x, the worst 0.84. Those figures told the policy where each reply
+    would end; told what the limit of 96 leaves, as the live loop is: 1.128, 14 below 0.95x, the worst 0.78;
+    with the template's opening read at load: 1.143, 8, 0.80; with the prompt read only where the tokens a
+    reply is expected to run repay it: 1.149, 8, 0.80 (a look after 6 tokens: 1.144, 9, 0.84). The worst is a
+    16-token short answer that drafted three lookups near break-even."""
     head, bench = load_traces(BENCH / "amx_traces.jsonl")
     _, everyday = load_traces(BENCH / "everyday_traces.jsonl")
     xeon = recorded_profile(head)
     assert len(everyday) == 28 and len(bench) == 13
     speedups = [simulate(t, xeon, auto_policy("lookup+model"), "lookup+model").rate
                 / simulate(t, xeon, fixed_policy(0), "lookup+model").rate for t in [*bench, *everyday]]
-    assert geomean(speedups) >= 1.15 and sum(x < 0.95 for x in speedups) <= 5 and min(speedups) >= 0.8, speedups
+    assert geomean(speedups) >= 1.145 and sum(x < 0.95 for x in speedups) <= 8 and min(speedups) >= 0.8, speedups
 
 
 def test_a_fixed_k_pays_for_the_prompt_its_drafter_reads_at_prefill():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,12 @@ class Trace:
     prompt: int = 0
     """Tokens of the rendered prompt (0: not recorded). A policy that does not have the drafter read the
     prompt with the target's prefill (Auto) pays for reading it at its first model draft."""
+    opening: int = 0
+    """Of the prompt, the tokens every conversation opens with (the chat template's system turn and the start
+    of the user's), which a model drafter has read at load (Session.opening): no reply pays for them."""
+    max_tokens: int | None = None
+    """The reply's token limit when it was recorded (its file's header; None: unknown). A live reply knows
+    its limit, not where it will end: with it, a replay asks the policy about the tokens the limit leaves."""
 
     @property
     def tokens(self) -> int:
@@ -56,18 +62,23 @@ class Trace:
 
     def to_json(self) -> dict:
         return {"name": self.name, "category": self.category, "model_match": self.model_match,
-                "lookup": [[t, *v] for t, v in sorted(self.lookup.items())], "prompt": self.prompt}
+                "lookup": [[t, *v] for t, v in sorted(self.lookup.items())], "prompt": self.prompt,
+                **({"opening": self.opening} if self.opening else {})}
 
     @staticmethod
-    def from_json(d: dict) -> "Trace":
+    def from_json(d: dict, opening: int = 0) -> "Trace":
+        """`opening`: where the trace says none (files recorded before it was read at load), its file's."""
         return Trace(d["name"], d["category"], d["model_match"], {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in d["lookup"]},
-                     int(d.get("prompt", 0)))
+                     int(d.get("prompt", 0)), int(d.get("opening", opening)))
 
 
 def load_traces(path: Path) -> tuple[dict, list[Trace]]:
-    """A traces file: one JSON object per line, the first holding the machine's measured costs."""
+    """A traces file: one JSON object per line, the first holding the machine's measured costs (and the
+    replies' token limit, "max_tokens", and the chat template's "opening" where its traces do not say it)."""
     lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return lines[0], [Trace.from_json(d) for d in lines[1:]]
+    head = lines[0]
+    cap = None if head.get("max_tokens") is None else int(head["max_tokens"])
+    return head, [replace(Trace.from_json(d, int(head.get("opening", 0))), max_tokens=cap) for d in lines[1:]]
 
 
 def save_traces(path: Path, costs: dict, traces: Sequence[Trace]) -> None:
@@ -176,16 +187,20 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
     # target's prefill, or (a policy that does not read it there: Auto) none of it. Either way the read is
     # part of the reply's time, so a fixed k and Auto are compared on the same work.
     t, read = 0, 0
-    if use_model and trace.prompt > 1:
+    unread = trace.prompt - min(trace.opening, trace.prompt - 1)  # the opening was read at load
+    if use_model and unread > 1:
         if policy.reads_prompt:
-            res.prefill_s = profile.catchup(trace.prompt - 1) * load(0.0)
+            res.prefill_s = profile.catchup(unread - 1) * load(0.0)
         else:
-            read = 1 - trace.prompt
+            read = 1 - unread
+    # What the live loop tells the policy: the tokens the reply's limit leaves, not where the reply ends (asked
+    # with its end, a policy reads its drafter's backlog only for replies long enough to repay it).
+    end = n if trace.max_tokens is None else max(n, trace.max_tokens)
     while t < n:
         slow = load(res.seconds)
         behind = t + 1 - read
-        req = (DraftRequest() if controls is not None and controls.due(n - t)
-               else policy.request(n - t - 1, behind, n - t, max(0, min(t, behind - 1))))
+        req = (DraftRequest() if controls is not None and controls.due(end - t)
+               else policy.request(end - t - 1, behind, end - t, max(0, min(t, behind - 1))))
         key, k, drafted, accepted = DraftKey(DraftKind.NONE), 0, 0, 0
         draft_s = catchup_s = 0.0
         catchup_n = 0
@@ -310,10 +325,10 @@ def compare(pname: str, profile: CostProfile, trace: Trace, drafter: str) -> Com
 
 # -- recording ----------------------------------------------------------------------------------------
 def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[int], reply: Sequence[int],
-                 drafter_model=None) -> Trace:
+                 drafter_model=None, opening: int = 0) -> Trace:
     """A trace of one greedy reply: the drafter (an engine LlamaModel, or None) reads prompt + reply
     in one batch and its argmax at each position is compared with the reply; prompt lookup is run
-    at every position as the LookupDrafter runs it."""
+    at every position as the LookupDrafter runs it. `opening`: of the prompt, what the drafter read at load."""
     match = ""
     if drafter_model is not None:
         from engine.decoding.llama_backend import Logits  # only here: the rest of replay runs without llama.cpp
@@ -338,4 +353,4 @@ def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[i
             while right < len(cont) and t + right < len(reply) and cont[right] == reply[t + right]:
                 right += 1
             lookup[t] = (n_match, len(cont), right)
-    return Trace(name, category, match or "0" * len(reply), lookup, len(prompt))
+    return Trace(name, category, match or "0" * len(reply), lookup, len(prompt), opening)

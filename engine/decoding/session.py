@@ -155,6 +155,7 @@ class Session:
         self.control_rounds = os.environ.get("DRAFTLIGHT_CONTROL_ROUNDS", "1") != "0"
         """Now and then a plain round where it costs next to nothing, so the verdict prices plain
         decoding in the same minute (engine.decoding.verdict.ControlRounds)."""
+        self._opening: list[int] | None = None  # Session.opening, once worked out
         self._keys: dict[int, str] = {}  # calibration keys of the loaded models (Session._key)
         self._quiet: dict[str, bool] = {}  # per calibration key: measured on an undisturbed machine
         self.kept_calibration: list[str] = []
@@ -228,6 +229,8 @@ class Session:
                                                      c.quiet_drafter)
             c.draft_per_token, c.catchup, c.interference, c.draft_depth = per_token, catchup, interference, depth_line
             c.quiet_drafter = quiet
+        if changed:
+            self._prime()
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
@@ -636,6 +639,25 @@ class Session:
         self._autos.clear()
         if self.drafter is not None:
             self.drafter.reset()
+            self._prime()  # as after a load
+
+    def opening(self) -> list[int]:
+        """The tokens every conversation opens with here before its first message's text: the chat template's
+        system turn as it writes it when no system prompt is set, and the start of the user's turn."""
+        if self._opening is None:
+            try:
+                a, b = (self._tokens_for([{"role": "user", "content": text}])[0] for text in ("A", "7"))
+            except EngineError:  # a template that refuses a lone user message: nothing to read ahead
+                a, b = [], []
+            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            self._opening = a[:same]
+        return self._opening
+
+    def _prime(self) -> None:
+        """The model drafter reads the opening at load: a reply's first draft or look then reads only its own
+        conversation (the default pair's opening is 24 tokens; a translation's look read 65 + 12 before)."""
+        if self.drafter is not None:
+            self.drafter.prime(self.opening())
 
     def close(self) -> None:
         for m in [*getattr(self, "_loaded_drafters", {}).values(), getattr(self, "target", None)]:

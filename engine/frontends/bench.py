@@ -631,9 +631,9 @@ def machine_description() -> str:
 
 
 def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Sequence[RunResult],
-                  drafter: Path | None, path: Path) -> Path:
+                  drafter: Path | None, path: Path, max_tokens: int) -> Path:
     """Replayable traces of each prompt's plain greedy reply (engine.decoding.replay), headed by this
-    machine's measured costs in milliseconds."""
+    machine's measured costs in milliseconds and the replies' token limit."""
     from engine.decoding.replay import record_trace, save_traces
 
     session.set_drafter(DraftSpec(model=drafter) if drafter else None)
@@ -642,12 +642,14 @@ def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Seq
     for p in prompts:
         plain = next(r for r in results if r.prompt_id == p.id and r.variant == PLAIN)
         tokens = session.render(p.messages).tokens
-        traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model))
+        opening = session.opening()
+        held = len(opening) if tokens[: len(opening)] == opening else 0
+        traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model, held))
     c = session.costs
     # The calibrated shape, not today's price: after a run that ends under the busy loop or deep in a long
     # prompt, today's is several times the machine's quiet speed.
     step = c.draft_per_token.value or c.draft_cost(1)
-    header = {"machine": machine_description(), "units": "ms",
+    header = {"machine": machine_description(), "units": "ms", "max_tokens": max_tokens,
               "verify_ms": {n: 1000 * (c.verify(n) or 0) for n in (1, 2, 4, 8, 16)},
               "draft_ms": 1000 * step, "catchup_ms": {n: 1000 * (c.catchup(n) or n * step) for n in (1, 16, 64)}}
     save_traces(path, header, traces)

@@ -91,7 +91,7 @@ def cmd_bench(args) -> int:
             meta["native"] = native
         if args.traces:
             models = [v.draft.model for v in variants if v.draft.model]
-            record_traces(session, prompts, results, models[0] if models else None, args.traces)
+            record_traces(session, prompts, results, models[0] if models else None, args.traces, args.max_tokens)
         paths = write_report(results, meta, args.out)
     finally:
         session.close()
