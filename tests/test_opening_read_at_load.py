@@ -119,3 +119,23 @@ def test_a_traces_file_gives_its_limit_and_opening_to_traces_that_do_not_say_the
     path.write_text("\n".join(json.dumps(r) for r in [{"units": "ms"}, rows[1]]) + "\n", encoding="utf-8")
     _, (old,) = load_traces(path)
     assert (old.max_tokens, old.opening) == (None, 0)
+
+
+def test_a_template_that_refuses_a_lone_user_message_loads_with_nothing_read_ahead(tmp_path, tiny):
+    from dataclasses import replace
+
+    from tiny_models import TARGET, write_tiny_model
+
+    strict = write_tiny_model(tmp_path / "strict.gguf", replace(TARGET, chat_template=(
+        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('a system prompt first') }}{% endif %}"
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")))
+    s = Session(strict, str(tiny["drafter"]), calibrate=False)
+    try:
+        assert s.opening() == [] and list(s.draft_model.kv) == []
+        s.reset_state()
+        assert list(s.draft_model.kv) == []
+        messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+        assert [e for e in s.chat(messages, GenerationSettings(draft_max=2, max_tokens=3))]
+    finally:
+        s.close()
