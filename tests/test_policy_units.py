@@ -716,7 +716,8 @@ def test_a_pair_is_learned_whichever_round_comes_first_and_only_the_latest_seven
         c.add_verify(n, v)
     c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.15 / 0.8))  # 2 tokens first: V1/V2 0.8 x the shape's
     c.record(outcome(verify_s=0.1))
-    assert c.correction(2) == pytest.approx(0.8) and set(c.pairs) == {(0, 1)}
+    # one pair is one vote beside the calibrated shape's (1.0): one plain round's noise does not set the price
+    assert c.correction(2) == pytest.approx(0.9) and set(c.pairs) == {(0, 1)}
     c.record(outcome(verify_s=0.1))  # plain beside plain
     assert len(c.pairs[(0, 1)]) == 1
     c.record(outcome(k=1, drafted=1, accepted=1, verify_s=0.0))  # clocks that did not move: beside plain
@@ -742,7 +743,9 @@ def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():
     assert c.correction(5) == 1.0 and not c.pairs
     c.record(outcome(verify_s=0.1))
     c.record(outcome(k=4, drafted=4, accepted=4, verify_s=0.25))
-    assert c.correction(5) == pytest.approx((0.1 / 0.25) / (0.1 / 0.3))  # 1.2
+    assert c.correction(5) == pytest.approx(1.1)  # one pair (1.2) and the shape's 1.0 as a vote
+    c.record(outcome(verify_s=0.1))
+    assert c.correction(5) == pytest.approx((0.1 / 0.25) / (0.1 / 0.3))  # two pairs of 1.2
     c.new_reply()
     assert c.correction(5) == 1.0
 
@@ -757,6 +760,7 @@ def test_auto_prices_a_block_as_dear_as_the_pairs_measure_it_never_cheaper_than_
     dear.add_verify(5, 0.4)
     dear.observe_verify(1, 0.1)
     dear.observe_verify(5, 0.6)
+    dear.observe_verify(1, 0.1)  # two pairs: one alone is one vote beside the shape
     assert dear.correction(5) == pytest.approx((0.1 / 0.6) / (0.1 / 0.4))
     assert dear.verify_cost(5) == pytest.approx(1.5 * dear.shape_cost(5))
     assert dear.verify_cost(7) == pytest.approx(1.5 * dear.shape_cost(7))  # the same size class, 5-8
@@ -768,6 +772,7 @@ def test_auto_prices_a_block_as_dear_as_the_pairs_measure_it_never_cheaper_than_
     cheap.add_verify(5, 0.4)
     cheap.observe_verify(1, 0.1)
     cheap.observe_verify(5, 0.3)
+    cheap.observe_verify(1, 0.1)
     assert cheap.correction(5) > 1.0 and cheap.verify_cost(5) == pytest.approx(cheap.shape_cost(5))
 
 

@@ -426,8 +426,11 @@ def test_a_plain_round_beside_a_drafting_one_deep_in_the_context_is_compared_at_
     shallow.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=true_cost(1, 3000), depth=3000))
     shallow.record(RoundOutcome(k=15, drafted=15, accepted=15, draft_s=0.0, verify_s=true_cost(16, 3001), key=lookup,
                                 depth=3001))
+    assert shallow.correction(16) == pytest.approx((1 + 0.749) / 2, abs=0.001)  # one pair: a vote beside the shape's
+    shallow.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=true_cost(1, 3016), depth=3016))
     expected = (true_cost(1, 3000) / true_cost(16, 3001)) / (0.060 / 0.175)
-    assert shallow.correction(16) == pytest.approx(expected) and expected == pytest.approx(0.749, abs=0.001)
+    second = (true_cost(1, 3016) / true_cost(16, 3001)) / (0.060 / 0.175)  # the median of two: their mean
+    assert shallow.correction(16) == pytest.approx((expected + second) / 2) and expected == pytest.approx(0.749, abs=0.001)
 
 
 def test_what_is_kept_of_the_deep_shape_and_a_shape_at_one_depth():
@@ -499,3 +502,29 @@ def test_on_two_of_four_threads_a_pass_is_judged_by_the_share_of_those_two(share
         c.record(RoundOutcome(k=drafted, drafted=drafted, accepted=drafted, draft_s=0.0, verify_s=seconds,
                               key=DraftKey(DraftKind.MODEL if drafted else DraftKind.NONE), share=share, threads=(2, 4)))
     assert bool(c.pairs.get((2, 3))) is learned
+
+
+def test_one_slow_plain_round_beside_a_reply_that_drafted_every_round_moves_its_verdict_by_half():
+    """The benchmark's worst verdict (stop 40): a fixed k=4 reply kept every draft, so its only plain round was
+    its last (the limit left one token), and that round ran 80 ms where the machine's plain rounds ran 64 ms
+    (a shared machine's noise). That one pair set the shape's correction for the whole reply: plain decoding
+    priced 25% dearer, 2.17x shown for 1.65x. The shape is one vote beside a lone pair: 12.5% (by hand:
+    the correction (1.25 + 1) / 2), within the benchmark's 25%; from a second pair on the pairs decide."""
+    c = CostModel()
+    c.add_verify(1, 0.064)
+    c.add_verify(5, 0.112)
+    v, spent, model = PlainEstimate(), 0.0, DraftKey(DraftKind.MODEL)
+    rounds = [RoundOutcome(k=4, drafted=4, accepted=4, draft_s=0.0, verify_s=0.112, key=model)] * 19
+    rounds.append(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.080))  # the last token, 25% slow
+    for o in rounds:
+        v.add_round(c, o, o.accepted + 1)
+        c.record(o)
+        spent += o.verify_s
+    truth_speedup = 96 * 0.064 / spent  # the machine ran as calibrated: 2.75x
+    estimate = v.speedup(96, spent)
+    assert estimate / truth_speedup == pytest.approx(1 + 0.125 * 95 / 96 + 0.25 / 96, rel=0.002)
+    assert c.correction(5) == pytest.approx(1.125)
+    c.record(RoundOutcome(k=4, drafted=4, accepted=4, draft_s=0.0, verify_s=0.112, key=model))  # a second pair
+    assert c.correction(5) == pytest.approx(1.25)  # two pairs: their median, the shape no vote
+    c.record(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.064))
+    assert c.correction(5) == pytest.approx(1.25)  # (1.25, 1.25, 1.0): one plain round's noise outvoted only by more
