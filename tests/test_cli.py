@@ -108,9 +108,10 @@ def test_bench_writes_reports(tiny, tmp_path):
     assert "| all | plain |" in md and "Auto / best fixed k" in md
     head, *traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     assert head["verify_ms"]["1"] > 0 and len(traces) == 2
-    # The limit the replies ran under, and of each prompt what the drafter read at load: BOS and
-    # "<|im_start|>user\n" (7 tokens of the tiny template) open both conversations.
-    assert head["max_tokens"] == 12 and [t["opening"] for t in traces] == [7, 7]
+    # The limit the replies ran under, and of each prompt what the drafter holds before the reply: BOS and
+    # "<|im_start|>user\n" (7 tokens of the tiny template) read at load; for the chat with an earlier turn, that
+    # turn and its reply read ahead as the app reads them after a reply (40 tokens, with the next "<|im_start|>user\n").
+    assert head["max_tokens"] == 12 and [t["opening"] for t in traces] == [7, 40]
     assert all(len(t["model_match"]) > 0 for t in traces)
 
 

@@ -17,6 +17,8 @@ from engine.decoding.policy import DraftPolicy, DraftRequest
 from engine.decoding.replay import CostProfile, Trace, fixed_policy, load_traces, simulate
 from engine.decoding.session import GenerationSettings, Session
 
+from test_read_ahead import counted_reads
+
 
 def test_the_drafter_holds_the_template_opening_after_a_load_and_after_a_reset(tiny):
     s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
@@ -27,14 +29,7 @@ def test_the_drafter_holds_the_template_opening_after_a_load_and_after_a_reset(t
         written = s.target.tokenize("<|im_start|>user\n", add_special=False, parse_special=True)
         assert opening == [s.target.vocab_facts().bos, *written] and len(written) == 6
         assert list(s.draft_model.kv) == opening
-        reads: list[int] = []
-        decode = s.draft_model.decode
-
-        def counted(tokens, *args, **kwargs):
-            reads.append(len(tokens))
-            return decode(tokens, *args, **kwargs)
-
-        s.draft_model.decode = counted
+        reads = counted_reads(s)
         messages = [{"role": "user", "content": "hello world the model is fast"}]
         prompt = s.render(messages).tokens
         assert prompt[: len(opening)] == opening

@@ -158,6 +158,9 @@ class _Worker(QObject):
     def reply(self, _req) -> None:
         pass
 
+    def interrupt_read_ahead(self, *_request) -> None:
+        pass
+
 
 class _Slow:
     """A handler whose every batch takes a while (a slow redraw)."""

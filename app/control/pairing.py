@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 
 from engine.errors import LoadCancelled, ModelFileError
 from engine.decoding.draft_choice import DraftSpec
@@ -96,6 +96,8 @@ class Pairing(QObject):
         self._drafters_generation = 0
         self._pending_pair: tuple[str, DraftSpec] | None = None
         self.worker = worker
+        # Directly, on this thread as it queues: a conversation being read ahead gives way at once.
+        self._request_load.connect(worker.interrupt_read_ahead, Qt.ConnectionType.DirectConnection)
         self._request_load.connect(worker.load)
         self._links = ((worker.sig_load_progress, self._on_load_progress), (worker.sig_loaded, self._on_loaded),
                        (worker.sig_load_failed, self._on_load_failed))

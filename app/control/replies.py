@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
@@ -141,6 +141,8 @@ class Replies(QObject):
         self._handlers: dict[int, ReplyHandler] = {}
         self._pending: dict[int, list] = {}
         self._was_busy = False
+        # Directly, on this thread as it queues: a conversation being read ahead gives way at once.
+        self.sig_request.connect(worker.interrupt_read_ahead, Qt.ConnectionType.DirectConnection)
         self.sig_request.connect(worker.reply)
         self._links = ((worker.sig_event, self._on_event), (worker.sig_reply_failed, self._on_reply_failed),
                        (worker.sig_reply_finished, self._on_reply_finished))

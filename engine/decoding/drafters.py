@@ -132,9 +132,10 @@ class Drafter(ABC):
         """Tokens of `context` a model drafter would have to read before drafting."""
         return 0
 
-    def prime(self, opening: Sequence[int]) -> None:
-        """Read what every conversation opens with (a chat template's system turn and the start of the user's)
-        while nothing waits on it: at load, so a reply's first model draft or look reads only the rest."""
+    def prime(self, opening: Sequence[int], stop: threading.Event | None = None) -> None:
+        """Read what the next conversation opens with while nothing waits on it (at load: the chat template's
+        system turn and the start of the user's; after a reply: the conversation so far), so the next reply's
+        first model draft or look reads only the rest. `stop`: end the read early (what was read stays)."""
 
     def commit(self, context: Sequence[int]) -> None:
         """The target accepted `context`: drop anything that went past it."""
@@ -174,10 +175,10 @@ class ModelDrafter(Drafter):
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - self.model.common_prefix(context)
 
-    def prime(self, opening: Sequence[int]) -> None:
+    def prime(self, opening: Sequence[int], stop: threading.Event | None = None) -> None:
         m = self.model
         if m.common_prefix(opening) < len(opening):  # a cache that holds it (and more) is kept whole
-            _read(m, opening[m.sync(opening):], None)
+            _read(m, opening[m.sync(opening):], stop)
 
     def _catch_up(self, context: Sequence[int], draft: Draft, stop: threading.Event | None = None) -> list[int] | None:
         """Bring the cache to context[:-1] plus whatever the first draft step should read with the
@@ -389,8 +390,8 @@ class CombinedDrafter(Drafter):
     def behind(self, context: Sequence[int]) -> int:
         return self.model.behind(context)
 
-    def prime(self, opening: Sequence[int]) -> None:
-        self.model.prime(opening)
+    def prime(self, opening: Sequence[int], stop: threading.Event | None = None) -> None:
+        self.model.prime(opening, stop)
 
     def propose(self, context: Sequence[int], request: DraftRequest, params: SamplingParams,
                 rng: np.random.Generator, prune: Prune = keep_all, stop: threading.Event | None = None) -> Draft:

@@ -641,17 +641,39 @@ class Session:
             self.drafter.reset()
             self._prime()  # as after a load
 
-    def opening(self) -> list[int]:
-        """The tokens every conversation opens with here before its first message's text: the chat template's
-        system turn as it writes it when no system prompt is set, and the start of the user's turn."""
-        if self._opening is None:
-            try:
-                a, b = (self._tokens_for([{"role": "user", "content": text}])[0] for text in ("A", "7"))
-            except EngineError:  # a template that refuses a lone user message: nothing to read ahead
-                a, b = [], []
-            same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    def opening(self, messages: Sequence[dict[str, str]] = ()) -> list[int]:
+        """The tokens every continuation of `messages` (none: a new conversation) opens with before the next
+        user message's text: the chat template's turns so far (its system turn as it writes it when none is
+        set) and the start of the user's next one. [] where the template refuses such a conversation."""
+        if not messages and self._opening is not None:
+            return self._opening
+        try:
+            a, b = (self._tokens_for([*messages, {"role": "user", "content": text}])[0] for text in ("A", "7"))
+        except EngineError:  # e.g. a template that refuses a lone user message, or two in a row
+            a, b = [], []
+        same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        if not messages:
             self._opening = a[:same]
-        return self._opening
+        return a[:same]
+
+    def read_ahead(self, messages: Sequence[dict[str, str]], stop: StopRequest | None = None) -> int:
+        """While nothing waits on it (after a reply, while the user writes the next message), the model drafter
+        reads the conversation so far and the start of the next user turn, so the next reply's first model draft
+        or look reads only the new message (a reply decoded plainly left itself and the next question, 100-200
+        tokens, to the next reply's look). `stop` ends it between or inside passes (what was read stays).
+        Returns how many of those tokens the drafter holds (0: no model drafter)."""
+        m = self.draft_model
+        if self.drafter is None or m is None or not messages:
+            return 0
+        tokens = self.opening(messages)
+        if len(tokens) >= m.n_ctx:  # a conversation its context cannot hold: the reply will say so
+            return 0
+        m.watch(stop)
+        try:
+            self.drafter.prime(tokens, stop)
+        finally:
+            m.watch(None)
+        return m.common_prefix(tokens)
 
     def _prime(self) -> None:
         """The model drafter reads the opening at load: a reply's first draft or look then reads only its own

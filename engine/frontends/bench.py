@@ -220,6 +220,8 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     session.use_history(history)
     session.set_drafter(variant.draft if variant else None)
     session.reset_state()  # nothing replayed: lookup index, drafter KV and Auto's learned acceptance start empty
+    if prompt.history:  # as in the app, which reads a conversation into the drafter after each reply
+        session.read_ahead(prompt.history)
     settings = GenerationSettings(draft_max=variant.draft_max if variant else DraftLength.fixed(0), max_tokens=max_tokens)
     ids: list[int] = []
     seconds: list[tuple[int | None, float | None]] = []
@@ -643,7 +645,8 @@ def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Seq
     for p in prompts:
         plain = next(r for r in results if r.prompt_id == p.id and r.variant == PLAIN)
         tokens = session.render(p.messages).tokens
-        held = len(opening) if tokens[: len(opening)] == opening else 0
+        ahead = session.opening(p.history) if p.history else opening  # what the drafter holds, as in _one_run
+        held = len(ahead) if tokens[: len(ahead)] == ahead else 0
         traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model, held))
     c = session.costs
     # The calibrated shape, not today's price: after a run that ends under the busy loop or deep in a long

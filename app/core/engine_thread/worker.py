@@ -34,7 +34,7 @@ from engine.attachments import Attachment, fenced
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, TokenEvent
 from engine.decoding.draft_choice import DraftSpec
-from engine.decoding.session import GenerationSettings, LoadSettings, LoadStage, Session
+from engine.decoding.session import GenerationSettings, LoadSettings, LoadStage, Session, StopRequest
 
 from app.core.errors import AttachmentTooLarge
 from app.core.engine_thread.past_chats_index import PastChatsChoice, PastChatsIndex
@@ -139,6 +139,10 @@ class EngineWorker(QObject):
         self._idle.set()
         self._last_progress: tuple[LoadStage | None, int] = (None, -1)
         self._past = PastChatsIndex()
+        # Reading a finished conversation ahead into the drafter (_read_ahead) gives way to any request:
+        # `asked` counts requests as they are queued (GUI thread, interrupt_read_ahead), `_ahead` is the read's stop.
+        self.asked = 0
+        self._ahead: StopRequest | None = None
 
     # -- called from the GUI thread ------------------------------------------------
     def stop(self, ids) -> None:
@@ -147,6 +151,15 @@ class EngineWorker(QObject):
         running = self._running
         if running is not None and running[0] in self._stopped:
             running[1].set()  # that reply's own request: a late stop cannot end the next reply
+
+    def interrupt_read_ahead(self, *_request) -> None:
+        """A request is being queued: a conversation being read ahead into the drafter ends now, within one
+        pass, so the request does not wait for it; thread-safe, returns at once. Connected directly (it runs on
+        the thread that queues) to the signals that queue loads and replies."""
+        self.asked += 1  # then read _ahead (_read_ahead writes them the other way round)
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.set()
 
     def cancel_load(self, req: LoadRequest | None = None) -> None:
         """Cancel the load `req` (queued or running), or else the load running now; thread-safe,
@@ -163,6 +176,7 @@ class EngineWorker(QObject):
         loading = self._loading
         if loading is not None:
             loading.cancel.set()
+        self.interrupt_read_ahead()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait (closing only) until no reply or load runs on the engine thread, at most `timeout_s`.
@@ -244,9 +258,10 @@ class EngineWorker(QObject):
             return
         self._idle.clear()
         session = self._session
+        asked = self.asked  # this request was counted as it was queued: another one after it ends the read ahead
         reply_ids: list[int] = []
         prefix: list[int] = []
-        done = False
+        done: DoneEvent | None = None
         held = None  # the index of past chats, left out of a cold run
         try:
             if session is None:
@@ -270,7 +285,7 @@ class EngineWorker(QObject):
                 self.sig_event.emit(req.id, ev)
                 if isinstance(ev, TokenEvent):
                     reply_ids.append(ev.token_id)
-                done = done or isinstance(ev, DoneEvent)
+                done = ev if isinstance(ev, DoneEvent) else done
         except Exception as exc:  # noqa: BLE001
             self.sig_reply_failed.emit(req.id, exc)
         finally:
@@ -280,11 +295,30 @@ class EngineWorker(QObject):
             self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
             self._idle.set()  # a closing window goes on now: what follows needs nothing of it
-            if done and self._past.index is not None:  # after the news: the window need not wait for this
+            if done is not None and self._past.index is not None:  # after the news: the window need not wait for this
                 self._past.add(session, req.messages, req.settings, prefix + reply_ids, req.conversation)
                 self.sig_past_chats.emit(self._past.status(session))
+            if done is not None and session is not None and req.continuation is None and not req.cold:
+                self._read_ahead(session, req.messages, done, asked)
             if self._closing:
                 self._close()
+
+    def _read_ahead(self, session: Session, messages: tuple[dict[str, str], ...], done: DoneEvent, asked: int) -> None:
+        """While the user reads the reply and writes the next message, the drafter reads the conversation as the
+        next request will send it (app.control.replies.history_for: the reply as its answer, its thinking apart),
+        so the next reply's look or first draft reads only the new question. Any request queued meanwhile ends it
+        (interrupt_read_ahead); what it did not read, the next reply reads as before."""
+        turn = {"role": "assistant", "content": done.text}
+        if done.thinking:
+            turn["reasoning_content"] = done.thinking
+        self._ahead = stop = StopRequest()  # then read asked (interrupt_read_ahead writes them the other way round)
+        try:
+            if self.asked == asked and not self._closing:
+                session.read_ahead([*messages, turn], stop)
+        except EngineError:  # nothing is lost: the next reply reads the conversation itself
+            pass
+        finally:
+            self._ahead = None
 
     @Slot(object)
     def configure_past_chats(self, choice: PastChatsChoice) -> None:
