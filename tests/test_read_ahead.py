@@ -83,6 +83,34 @@ def test_a_stopped_read_ahead_reads_nothing_more_and_the_reply_reads_the_rest(ti
         s.close()
 
 
+def test_a_conversation_read_ahead_leaves_what_every_conversation_opens_with_as_it_was(tiny):
+    """Reading one conversation ahead must not become the opening of the next one: after a reset (the bench's
+    "as after a load") the drafter holds the template's opening again, not the conversation."""
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        opening = chatml(s, "<|im_start|>user\n")
+        assert s.read_ahead([{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "ok"}]) > 20
+        assert s.opening() == opening
+        s.reset_state()
+        assert list(s.draft_model.kv) == opening
+    finally:
+        s.close()
+
+
+def test_the_drafter_reads_nothing_once_asked_to_stop(tiny):
+    """The drafter's own read checks the stop between its passes (Session.read_ahead also has llama.cpp check it
+    inside each pass)."""
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        held = list(s.draft_model.kv)
+        stop = StopRequest()
+        stop.set()
+        s.drafter.prime([*held, *s.target.tokenize(QUESTION, add_special=False)], stop)
+        assert list(s.draft_model.kv) == held
+    finally:
+        s.close()
+
+
 def test_without_a_model_drafter_or_room_in_its_context_nothing_is_read(tiny):
     conversation = [{"role": "user", "content": QUESTION * 60}, {"role": "assistant", "content": "ok"}]
     lookup = Session(tiny["target"], DraftSpec.LOOKUP, calibrate=False)
@@ -158,3 +186,18 @@ def test_in_the_app_a_question_sent_before_the_read_ahead_starts_is_not_kept_wai
     # The second reply's prefill read: what the fixed k's drafts left unread of the first reply, the frame and the
     # question; after a read ahead it would have been the question alone (the test above).
     assert reads[0] > len(prompt) - 1 - len(ahead), (reads, len(prompt), len(ahead))
+
+
+def test_with_lookup_and_model_the_model_reads_ahead_and_gives_way_to_a_stop(tiny):
+    s = Session(tiny["target"], DraftSpec(model=tiny["drafter"], lookup=True), calibrate=False)
+    try:
+        conversation = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "ok"}]
+        expected = chatml(s, f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+                             "<|im_start|>user\n")
+        stop = StopRequest()
+        stop.set()
+        s.drafter.prime(expected, stop)
+        assert list(s.draft_model.kv) == s.opening()
+        assert s.read_ahead(conversation) == len(expected) and list(s.draft_model.kv) == expected
+    finally:
+        s.close()
