@@ -315,7 +315,7 @@ class EngineWorker(QObject):
         try:
             if self.asked == asked and not self._closing:
                 session.read_ahead([*messages, turn], stop)
-        except EngineError:  # nothing is lost: the next reply reads the conversation itself
+        except Exception:  # noqa: BLE001 - work ahead of time: nothing is lost, the next reply reads it (and reports)
             pass
         finally:
             self._ahead = None
