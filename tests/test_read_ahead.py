@@ -201,3 +201,30 @@ def test_with_lookup_and_model_the_model_reads_ahead_and_gives_way_to_a_stop(tin
         assert s.read_ahead(conversation) == len(expected) and list(s.draft_model.kv) == expected
     finally:
         s.close()
+
+
+def test_after_a_launch_the_chat_shown_is_read_ahead_and_opening_another_reads_that_one(qtbot, tiny, isolated_home):
+    """The app opens on the last chat: once the pair is loaded its drafter holds that chat, so the first question
+    of the launch reads only itself. A chat opened from the list with the keyboard is read too, and a new
+    (empty) chat leaves what the drafter holds."""
+    from PySide6.QtCore import Qt
+
+    install_tiny(tiny, isolated_home, max_tokens=8)
+    w = open_window(qtbot)
+    first = send(qtbot, w, QUESTION)
+    qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    second = send(qtbot, w, NEXT)
+    w.close()
+    again = open_window(qtbot)
+    session = again.controller.worker._session
+    # The newest chat is shown at launch: the second one.
+    newest = chatml(session, f"<|im_start|>user\n{NEXT}<|im_end|>\n<|im_start|>assistant\n{second.text}<|im_end|>\n"
+                             "<|im_start|>user\n")
+    qtbot.waitUntil(lambda: list(session.draft_model.kv) == newest, timeout=10_000)
+    # The older chat, chosen in the list with the arrow key.
+    chats = again.conversations.list
+    chats.setFocus()
+    qtbot.keyClick(chats, Qt.Key.Key_Down)
+    older = chatml(session, f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n{first.text}<|im_end|>\n"
+                            "<|im_start|>user\n")
+    qtbot.waitUntil(lambda: list(session.draft_model.kv) == older, timeout=10_000)

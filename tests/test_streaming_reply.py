@@ -161,6 +161,9 @@ class _Worker(QObject):
     def interrupt_read_ahead(self, *_request) -> None:
         pass
 
+    def read_ahead(self, _req) -> None:
+        pass
+
 
 class _Slow:
     """A handler whose every batch takes a while (a slow redraw)."""

@@ -41,7 +41,7 @@ from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
 from app.core.settings import AppSettings
 from app.core.settings import _coerce as settings_from_dict
-from app.core.engine_thread.worker import ContinueFrom, EngineWorker, ReplyRequest
+from app.core.engine_thread.worker import ContinueFrom, EngineWorker, ReadAheadRequest, ReplyRequest
 from app.history.records import EDITED, Message, Role
 from app.history.store import StoreError
 
@@ -126,6 +126,8 @@ class Replies(QObject):
     in the input box."""
     sig_request = Signal(object)
     """A ReplyRequest was queued for the engine thread (the worker's input, as sent)."""
+    sig_read_ahead = Signal(object)
+    """A ReadAheadRequest for the engine thread: the chat shown, read into the drafter while the user writes."""
 
     def __init__(self, prefs: Preferences, worker: EngineWorker, conversations: Conversations, pairing: Pairing,
                  parent: QObject | None = None) -> None:
@@ -144,6 +146,7 @@ class Replies(QObject):
         # Directly, on this thread as it queues: a conversation being read ahead gives way at once.
         self.sig_request.connect(worker.interrupt_read_ahead, Qt.ConnectionType.DirectConnection)
         self.sig_request.connect(worker.reply)
+        self.sig_read_ahead.connect(worker.read_ahead)
         self._links = ((worker.sig_event, self._on_event), (worker.sig_reply_failed, self._on_reply_failed),
                        (worker.sig_reply_finished, self._on_reply_finished))
         for sig, slot in self._links:
@@ -411,6 +414,16 @@ class Replies(QObject):
                                            continuation))
         self._busy_changed()
         return rid
+
+    def read_ahead_shown(self) -> None:
+        """After a load, or when another chat is shown: the drafter reads that chat (and the system prompt) as
+        its next question will send it, while the user writes the question (the engine thread does the same
+        after each reply). Only with a pair loaded and nothing running; any request queued later ends it."""
+        if self.closed or self.busy or self.pairing.loaded is None:
+            return
+        messages = history_for(self.conversations.messages, self.settings.system_prompt)
+        if messages:
+            self.sig_read_ahead.emit(ReadAheadRequest(tuple(messages), self.worker.asked))
 
     def recorded_settings(self, reply: Message) -> AppSettings | None:
         """The settings `reply` was made with, or None when they were not recorded."""

@@ -95,6 +95,16 @@ class ReplyRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadAheadRequest:
+    """A chat to read into the drafter while the user writes its next question (Replies.read_ahead_shown)."""
+
+    messages: tuple[dict[str, str], ...]
+    """The chat as its next request will send it (history_for)."""
+    asked: int
+    """EngineWorker.asked when this was queued: a request queued after it means the read is not wanted now."""
+
+
+@dataclass(frozen=True, slots=True)
 class ContinueFrom:
     """A reply written so far, to be continued (Continue after Stop or the max tokens limit)."""
 
@@ -311,10 +321,20 @@ class EngineWorker(QObject):
         turn = {"role": "assistant", "content": done.text}
         if done.thinking:
             turn["reasoning_content"] = done.thinking
+        self._read_chat(session, (*messages, turn), asked)
+
+    @Slot(object)
+    def read_ahead(self, req: ReadAheadRequest) -> None:
+        """The chat shown, read into the drafter after a load or when another chat is opened, unless a request
+        was queued since (`req.asked`)."""
+        if self._session is not None:
+            self._read_chat(self._session, req.messages, req.asked)
+
+    def _read_chat(self, session: Session, messages: tuple[dict[str, str], ...], asked: int) -> None:
         self._ahead = stop = StopRequest()  # then read asked (interrupt_read_ahead writes them the other way round)
         try:
             if self.asked == asked and not self._closing:
-                session.read_ahead([*messages, turn], stop)
+                session.read_ahead(messages, stop)
         except Exception:  # noqa: BLE001 - work ahead of time: nothing is lost, the next reply reads it (and reports)
             pass
         finally:
