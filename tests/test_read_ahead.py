@@ -228,3 +228,15 @@ def test_after_a_launch_the_chat_shown_is_read_ahead_and_opening_another_reads_t
     older = chatml(session, f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n{first.text}<|im_end|>\n"
                             "<|im_start|>user\n")
     qtbot.waitUntil(lambda: list(session.draft_model.kv) == older, timeout=10_000)
+
+
+def test_a_system_prompt_alone_is_read_ahead_with_the_start_of_the_first_question(tiny):
+    """A new chat with a custom system prompt (the app's setting) shares only BOS and <|im_start|> with the
+    template's opening read at load; the app reads the system turn ahead when the empty chat is shown."""
+    s = Session(tiny["target"], str(tiny["drafter"]), calibrate=False)
+    try:
+        expected = chatml(s, "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\n")
+        assert s.read_ahead([{"role": "system", "content": "be brief"}]) == len(expected)
+        assert list(s.draft_model.kv) == expected
+    finally:
+        s.close()
