@@ -117,7 +117,7 @@ class ChatController(QObject):
         self.sig_loaded = self.pairing.sig_loaded
         self.sig_task_started = self.pairing.sig_task_started
         self.sig_past_chats = self.past_chats.sig_status
-        # The chat shown is read into the drafter while the user writes (after a reply the engine thread does it).
+        # The chat shown is read into the drafter while the user writes (after a reply too: Replies._chat_finished).
         self.pairing.sig_loaded.connect(lambda _info: self.replies.read_ahead_shown())
         self.conversations.sig_messages.connect(lambda _messages: self.replies.read_ahead_shown())
 

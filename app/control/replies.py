@@ -416,9 +416,9 @@ class Replies(QObject):
         return rid
 
     def read_ahead_shown(self) -> None:
-        """After a load, or when another chat is shown: the drafter reads that chat (and the system prompt) as
-        its next question will send it, while the user writes the question (the engine thread does the same
-        after each reply). Only with a pair loaded and nothing running; any request queued later ends it."""
+        """After a reply, a load, or when another chat is shown: the drafter reads that chat (and the system
+        prompt) as its next question will send it, while the user writes the question. Only with a pair loaded
+        and nothing running; any request queued later ends it."""
         if self.closed or self.busy or self.pairing.loaded is None:
             return
         messages = history_for(self.conversations.messages, self.settings.system_prompt)
@@ -532,6 +532,7 @@ class Replies(QObject):
             self.prefs.adopt(notes_seen=(*self.settings.notes_seen, note))
             self.sig_notice.emit(Notice(note[:1].upper() + note[1:] + ".", Level.INFO))
         self.conversations.emit_list()
+        self.read_ahead_shown()  # the reply as the next question will send it (history_for)
 
     # -- closing ---------------------------------------------------------------------------------
     def disconnect_worker(self) -> None:

@@ -149,7 +149,7 @@ class EngineWorker(QObject):
         self._idle.set()
         self._last_progress: tuple[LoadStage | None, int] = (None, -1)
         self._past = PastChatsIndex()
-        # Reading a finished conversation ahead into the drafter (_read_ahead) gives way to any request:
+        # Reading a chat ahead into the drafter (read_ahead) gives way to any request:
         # `asked` counts requests as they are queued (GUI thread, interrupt_read_ahead), `_ahead` is the read's stop.
         self.asked = 0
         self._ahead: StopRequest | None = None
@@ -166,7 +166,7 @@ class EngineWorker(QObject):
         """A request is being queued: a conversation being read ahead into the drafter ends now, within one
         pass, so the request does not wait for it; thread-safe, returns at once. Connected directly (it runs on
         the thread that queues) to the signals that queue loads and replies."""
-        self.asked += 1  # then read _ahead (_read_ahead writes them the other way round)
+        self.asked += 1  # then read _ahead (read_ahead writes them the other way round)
         ahead = self._ahead
         if ahead is not None:
             ahead.set()
@@ -268,10 +268,9 @@ class EngineWorker(QObject):
             return
         self._idle.clear()
         session = self._session
-        asked = self.asked  # this request was counted as it was queued: another one after it ends the read ahead
         reply_ids: list[int] = []
         prefix: list[int] = []
-        done: DoneEvent | None = None
+        done = False
         held = None  # the index of past chats, left out of a cold run
         try:
             if session is None:
@@ -295,7 +294,7 @@ class EngineWorker(QObject):
                 self.sig_event.emit(req.id, ev)
                 if isinstance(ev, TokenEvent):
                     reply_ids.append(ev.token_id)
-                done = ev if isinstance(ev, DoneEvent) else done
+                done = done or isinstance(ev, DoneEvent)
         except Exception as exc:  # noqa: BLE001
             self.sig_reply_failed.emit(req.id, exc)
         finally:
@@ -305,36 +304,25 @@ class EngineWorker(QObject):
             self._stopped.discard(req.id)
             self.sig_reply_finished.emit(req.id)
             self._idle.set()  # a closing window goes on now: what follows needs nothing of it
-            if done is not None and self._past.index is not None:  # after the news: the window need not wait for this
+            if done and self._past.index is not None:  # after the news: the window need not wait for this
                 self._past.add(session, req.messages, req.settings, prefix + reply_ids, req.conversation)
                 self.sig_past_chats.emit(self._past.status(session))
-            if done is not None and session is not None and req.continuation is None and not req.cold:
-                self._read_ahead(session, req.messages, done, asked)
             if self._closing:
                 self._close()
 
-    def _read_ahead(self, session: Session, messages: tuple[dict[str, str], ...], done: DoneEvent, asked: int) -> None:
-        """While the user reads the reply and writes the next message, the drafter reads the conversation as the
-        next request will send it (app.control.replies.history_for: the reply as its answer, its thinking apart),
-        so the next reply's look or first draft reads only the new question. Any request queued meanwhile ends it
-        (interrupt_read_ahead); what it did not read, the next reply reads as before."""
-        turn = {"role": "assistant", "content": done.text}
-        if done.thinking:
-            turn["reasoning_content"] = done.thinking
-        self._read_chat(session, (*messages, turn), asked)
-
     @Slot(object)
     def read_ahead(self, req: ReadAheadRequest) -> None:
-        """The chat shown, read into the drafter after a load or when another chat is opened, unless a request
-        was queued since (`req.asked`)."""
-        if self._session is not None:
-            self._read_chat(self._session, req.messages, req.asked)
-
-    def _read_chat(self, session: Session, messages: tuple[dict[str, str], ...], asked: int) -> None:
+        """While the user reads a reply and writes the next question, the drafter reads the chat shown (after a
+        reply, a load, or when another chat is opened: Replies.read_ahead_shown), so the next reply's look or first
+        draft reads only the new question. Not when a request was queued after it (`req.asked`); one queued
+        meanwhile ends it (interrupt_read_ahead); what it did not read, the next reply reads as before."""
+        session = self._session
+        if session is None:
+            return
         self._ahead = stop = StopRequest()  # then read asked (interrupt_read_ahead writes them the other way round)
         try:
-            if self.asked == asked and not self._closing:
-                session.read_ahead(messages, stop)
+            if self.asked == req.asked and not self._closing:
+                session.read_ahead(req.messages, stop)
         except Exception:  # noqa: BLE001 - work ahead of time: nothing is lost, the next reply reads it (and reports)
             pass
         finally:
