@@ -641,11 +641,10 @@ def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Seq
     session.set_drafter(DraftSpec(model=drafter) if drafter else None)
     model = session.draft_model
     traces = []
-    opening = session.opening()
     for p in prompts:
         plain = next(r for r in results if r.prompt_id == p.id and r.variant == PLAIN)
         tokens = session.render(p.messages).tokens
-        ahead = session.opening(p.history) if p.history else opening  # what the drafter holds, as in _one_run
+        ahead = session.opening(p.history)  # what the drafter holds, as in _one_run (no history: the cached opening)
         held = len(ahead) if tokens[: len(ahead)] == ahead else 0
         traces.append(record_trace(p.id, p.category, session.target.n_vocab, tokens, plain.token_ids, model, held))
     c = session.costs
