@@ -143,16 +143,26 @@ def test_thread_defaults_follow_physical_cores_affinity_and_quota(tmp_path, monk
     assert 1 <= threads.default_threads() <= threads.default_batch_threads() == len(threads.allowed_cpus())
 
 
-def test_auto_says_when_it_carries_over_and_the_benchmark_reset_forgets(tiny):
+def test_auto_learns_per_reply_and_a_continuation_goes_on_from_its_reply(tiny):
+    """Each reply's Auto starts afresh (policy.ReplyAuto); Continue goes on from what its reply learned and
+    says so; the benchmark's reset forgets even that."""
     s = Session(tiny["target"], str(tiny["drafter"]))
     try:
         settings = GenerationSettings(draft_max="auto", max_tokens=12)
-        first = list(s.complete("hello world", settings))[-1].stats
-        second = list(s.complete("the model is fast", settings))[-1].stats
-        assert first.auto_rounds_before == 0 and second.auto_rounds_before == first.rounds
+        msgs = [{"role": "user", "content": "hello world"}]
+        first = list(s.chat(msgs, settings))
+        done = first[-1]
+        assert done.stats.auto_rounds_before == 0 and done.stats.rounds > 0
+        second = list(s.chat([{"role": "user", "content": "the model is fast"}], settings))[-1].stats
+        assert second.auto_rounds_before == 0
+        assert list(s.chat(msgs, settings))[-1].stats.auto_rounds_before == 0  # the same question again
+        again = list(s.chat(msgs, settings))
+        prefix = s.reply_tokens(again[-1].text, [e.token_id for e in again if isinstance(e, TokenEvent)])
+        went_on = list(s.chat(msgs, settings, reply_prefix=prefix))[-1].stats
+        assert went_on.auto_rounds_before == again[-1].stats.rounds
         s.reset_state()
-        assert list(s.complete("the model is fast", settings))[-1].stats.auto_rounds_before == 0
-        fixed = list(s.complete("the model is fast", GenerationSettings(draft_max=2, max_tokens=12)))[-1].stats
+        assert list(s.chat(msgs, settings, reply_prefix=prefix))[-1].stats.auto_rounds_before == 0
+        fixed = list(s.chat(msgs, GenerationSettings(draft_max=2, max_tokens=12)))[-1].stats
         assert fixed.auto_rounds_before == 0
     finally:
         s.close()

@@ -29,7 +29,7 @@ from engine.decoding.llama_backend import (LlamaModel, LoadSettings, Logits, Sto
                                           offloads, repacking_decided)
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.policy import (
-    AutoK, BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, QuietDrafter, make_policy,
+    BlockCost, CostModel, DepthLine, DraftPolicy, Ewma, NoDraft, QuietDrafter, ReplyAuto, make_policy,
 )
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import generate
@@ -148,7 +148,7 @@ class Session:
         self._drafter_note: list[str] = []
         self._cpu_note: list[str] = []  # why a drafter runs without its copy for this CPU, if it does
         self.history: HistoryIndex | None = None  # past conversations prompt lookup may draft from (opt-in)
-        self._autos: dict[DraftSpec, AutoK] = {}  # what Auto learned, per drafter, for this session
+        self._auto = ReplyAuto()  # what Auto learned in the last reply, for a continuation of it
         self._calibrate = calibrate
         # DRAFTLIGHT_CONTROL_ROUNDS=0 turns them off: where they fall depends on measured times, and
         # tests that check a reply's exact rounds on tiny models want the rounds a fixed k makes.
@@ -569,16 +569,13 @@ class Session:
         return tokens, text
 
     # -- replies ----------------------------------------------------------------
-    def policy_for(self, settings: GenerationSettings) -> DraftPolicy:
-        """Auto keeps what it learned across replies of this session (per drafter): a new reply
-        starts from the acceptance it saw last (its stats say from how many rounds)."""
+    def policy_for(self, settings: GenerationSettings, prompt: Sequence[int] = (), continues: bool = False) -> DraftPolicy:
+        """Auto learns acceptance per reply (ReplyAuto): a continuation of the reply it last ran (`continues`,
+        after the same `prompt`) goes on from what that one learned; any other reply starts afresh."""
         if self.drafter is None:
             return NoDraft()
         if settings.draft_max.is_auto:
-            auto = self._autos.get(self.spec)
-            if auto is None:
-                auto = self._autos[self.spec] = AutoK(self.costs, drafter_is_model=self.drafter.uses_model)
-            return auto
+            return self._auto.for_reply(self.costs, self.drafter.uses_model, self.spec, prompt, continues)
         return make_policy(settings.draft_max, self.costs, self.drafter.uses_model)
 
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings(),
@@ -607,7 +604,8 @@ class Session:
             m.watch(stop)
         events = generate(
             self.target, tokens, settings.sampling,
-            drafter=self.drafter, policy=self.policy_for(settings), max_tokens=settings.max_tokens,
+            drafter=self.drafter, max_tokens=settings.max_tokens,
+            policy=self.policy_for(settings, tokens[:reply_from], continues=reply_from is not None and reply_from < len(tokens)),
             stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
             control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
             reply_from=reply_from,
@@ -636,7 +634,7 @@ class Session:
         benchmark does this between runs, so nothing is replayed). Measured costs are kept:
         they describe this machine and this pair, not one text."""
         self.target.clear()
-        self._autos.clear()
+        self._auto.forget()
         if self.drafter is not None:
             self.drafter.reset()
             self._prime()  # as after a load
