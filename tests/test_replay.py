@@ -388,7 +388,10 @@ def test_a_continuation_goes_on_from_what_its_reply_learned():
     """Continue (the same prompt, the reply so far part of the context) keeps the reply's Auto; anything else,
     another prompt, another drafter or a reply that is not a continuation, starts afresh."""
     costs, memory = CostModel(), ReplyAuto()
+    assert memory.for_reply(costs, True, "model", [1, 2, 3], continues=True).rounds_seen == 0  # nothing to go on from
+    assert not memory.for_reply(costs, False, "lookup", [1, 2, 3]).drafter_is_model
     first = memory.for_reply(costs, True, "model", [1, 2, 3])
+    assert first.drafter_is_model
     assert memory.for_reply(costs, True, "model", [1, 2, 3], continues=True) is first
     assert memory.for_reply(costs, True, "model", (1, 2, 3), continues=True) is first
     assert memory.for_reply(costs, True, "model", [1, 2, 4], continues=True) is not first
