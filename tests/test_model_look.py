@@ -14,8 +14,8 @@ import pytest
 from engine.decoding.drafters import Draft, ModelDrafter
 from engine.decoding.events import DraftKind
 from engine.decoding.llama_backend import LlamaModel, Logits, LoadSettings
-from engine.decoding.policy import (LOOK_MAX, LOOK_TOKENS, LOOK_WINDOW, MODEL_KEY, AutoK, CostModel, DraftKey,
-                                    DraftRequest, NoDraft, RoundOutcome, look_windows)
+from engine.decoding.policy import (LOOK_AGAIN, LOOK_CLEAR, LOOK_MAX, LOOK_TOKENS, LOOK_WINDOW, LOOKS, MODEL_KEY, AutoK,
+                                    CostModel, DraftKey, DraftRequest, NoDraft, RoundOutcome, look_windows)
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculative import prefill, rounds
 
@@ -85,6 +85,53 @@ def test_what_a_look_judged_decides_the_next_round(agrees):
         assert req.model_k == 0  # 16 of 16 predictions wrong: no draft, and the probe budget starts again
     # Once judged, a backlog is read for a draft, never looked at again.
     assert auto.request(16, 300, 200, 50).look == 0
+
+
+def looked(auto: AutoK, pattern: str) -> None:
+    """Auto told of a look whose predictions were right where `pattern` says 1."""
+    auto.observe(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, key=MODEL_KEY, catchup_s=0.05,
+                              catchup_tokens=116, aside=look_windows([c == "1" for c in pattern])))
+
+
+def gain(auto: AutoK, k: int) -> float:
+    rates = auto.rates(MODEL_KEY, k, True)
+    return rates[k] / rates[0]
+
+
+def test_a_look_that_finds_drafting_barely_worth_it_is_followed_by_another_before_any_draft():
+    """Right on 3 of every 4 of 16 tokens, the best draft (3) is 1.18x of plain on these costs: within LOOK_CLEAR
+    (1.2), so the reply goes on plainly until LOOK_AGAIN more tokens are in, and the drafter looks again; after
+    LOOKS looks what they judged decides."""
+    assert (LOOK_CLEAR, LOOK_AGAIN, LOOKS) == (1.2, 8, 2)
+    auto = AutoK(blocks(CPU))
+    looked(auto, "1110" * 4)
+    assert auto.best_k(MODEL_KEY, 16, True) == 3 and gain(auto, 3) == pytest.approx(1.179, abs=0.001)
+    for judgeable in range(1, LOOK_AGAIN):
+        assert auto.request(16, judgeable + 1, 200, judgeable) == DraftRequest(0, 16)
+    assert auto.request(16, LOOK_AGAIN + 1, 200, LOOK_AGAIN) == DraftRequest(0, 16, look=LOOK_AGAIN)
+    assert auto.request(16, 30, 200, 29) == DraftRequest(0, 16, look=LOOK_MAX)
+    looked(auto, "1110" * 2)  # as unsure again: the last look; the draft is paid for
+    assert auto.request(16, 2, 200, 1) == DraftRequest(3, 16)
+    assert auto.request(16, 30, 200, 29).look == 0
+
+
+def test_a_second_look_that_finds_the_drafter_wrong_keeps_it_off_and_a_clear_first_look_drafts_at_once():
+    auto = AutoK(blocks(CPU))
+    looked(auto, "1110" * 4)
+    looked(auto, "0" * 8)
+    assert auto.request(16, 2, 200, 1) == DraftRequest(0, 16) and auto.request(16, 30, 200, 29) == DraftRequest(0, 16)
+    clear = AutoK(blocks(CPU))
+    looked(clear, "11110" * 3 + "1")
+    assert gain(clear, 4) > LOOK_CLEAR and clear.request(16, 2, 200, 1) == DraftRequest(4, 16)
+
+
+def test_once_the_model_has_drafted_no_look_comes_before_a_draft():
+    auto = AutoK(blocks(CPU))
+    looked(auto, "1110" * 4)
+    auto.observe(RoundOutcome(k=3, drafted=3, accepted=2, draft_s=0.015, verify_s=0.17, key=MODEL_KEY))
+    k = auto.best_k(MODEL_KEY, 16, True)
+    assert k > 0 and gain(auto, k) < LOOK_CLEAR  # as unsure as before the draft
+    assert auto.request(16, 30, 200, 29) == DraftRequest(k, 16)
 
 
 def one_at_a_time(path, tokens: list[int], n: int, vocab: int) -> list[bool]:

@@ -286,15 +286,43 @@ def test_a_look_after_twelve_tokens_keeps_short_everyday_replies_at_plain_speed(
     look after 12 tokens: 1.162, 4 below 0.95x, the worst 0.84. Those figures told the policy where each reply
     would end; told what the limit of 96 leaves, as the live loop is: 1.128, 14 below 0.95x, the worst 0.78;
     with the template's opening read at load: 1.143, 8, 0.80; with the prompt read only where the tokens a
-    reply is expected to run repay it: 1.149, 8, 0.80 (a look after 6 tokens: 1.144, 9, 0.84). The worst is a
-    16-token short answer that drafted three lookups near break-even."""
+    reply is expected to run repay it: 1.149, 8, 0.80 (a look after 6 tokens: 1.144, 9, 0.84); with a look that
+    finds drafting barely worth it followed by another (policy.LOOK_CLEAR): 1.151, 9, 0.80 (two translations
+    0.84 -> 0.95 and 0.91 -> 0.95, an explanation and a summary 0.96 -> 0.93 and 0.92, a code reply 1.16 -> 1.07;
+    over these replies with their costs perturbed as live runs vary, 123 -> 118 of 420 below 0.95x). The worst
+    is a 16-token short answer that drafted three lookups near break-even."""
     head, bench = load_traces(BENCH / "amx_traces.jsonl")
     _, everyday = load_traces(BENCH / "everyday_traces.jsonl")
     xeon = recorded_profile(head)
     assert len(everyday) == 28 and len(bench) == 13
     speedups = [simulate(t, xeon, auto_policy("lookup+model"), "lookup+model").rate
                 / simulate(t, xeon, fixed_policy(0), "lookup+model").rate for t in [*bench, *everyday]]
-    assert geomean(speedups) >= 1.145 and sum(x < 0.95 for x in speedups) <= 8 and min(speedups) >= 0.8, speedups
+    assert geomean(speedups) >= 1.15 and sum(x < 0.95 for x in speedups) <= 9 and min(speedups) >= 0.8, speedups
+
+
+def perturbed(profile: CostProfile, blocks: float, step: float) -> CostProfile:
+    """The profile with its blocks (2 tokens and more) `blocks` times as dear and the drafter's step `step` times."""
+    return CostProfile(f"{profile.name} x{blocks}/{step}", lambda n: profile.verify(n) * (blocks if n > 1 else 1.0),
+                       profile.draft_step * step, profile.catchup, profile.overhead)
+
+
+def test_a_look_that_finds_drafting_barely_worth_it_is_judged_again():
+    """The bench's 13 replies on the Xeon's costs, with its blocks 7% cheaper or dearer and the drafter's step 5-15%
+    cheaper: the spread live runs show (a 5-token block measured 113-120 ms live where the calibration's curve
+    says 143). Near the line, one look at a reply's first 12 tokens decided for the rest of it: 17 of 195 below
+    0.95x of plain, the worst 0.89x (a translation whose drafter, right on 9 of its first 12 tokens, drafted on
+    at 54%). Judged again after 8 more tokens (policy.LOOK_CLEAR): 13 of 195, the worst 0.93x, the geometric
+    mean unchanged (1.528)."""
+    head, traces = load_traces(BENCH / "amx_traces.jsonl")
+    xeon = recorded_profile(head)
+    speedups = []
+    for blocks in (0.93, 1.0, 1.07):
+        for step in (0.85, 0.9, 0.95, 1.0, 1.05):
+            profile = perturbed(xeon, blocks, step)
+            speedups += [simulate(t, profile, auto_policy("lookup+model"), "lookup+model").rate
+                         / simulate(t, profile, fixed_policy(0), "lookup+model").rate for t in traces]
+    assert len(speedups) == 195
+    assert sum(x < 0.95 for x in speedups) <= 13 and min(speedups) >= 0.925 and geomean(speedups) >= 1.525
 
 
 def test_a_fixed_k_pays_for_the_prompt_its_drafter_reads_at_prefill():
