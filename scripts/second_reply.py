@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.decoding import policy  # noqa: E402
 from engine.decoding.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.session import GenerationSettings, Session  # noqa: E402
+from engine.frontends.bench import BenchPrompt, load_prompts  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parent.parent / "resources" / "bench" / "prompts.jsonl"
 
@@ -47,21 +48,21 @@ def main() -> None:
     ap.add_argument("--carried", action="store_true")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-    firsts = [p for p in prompts if p["category"] == args.first]
-    seconds = [p for p in prompts if p["category"] == args.second]
+    prompts = load_prompts(PROMPTS)
+    firsts = [p for p in prompts if p.category == args.first]
+    seconds = [p for p in prompts if p.category == args.second]
     settings = lambda k: GenerationSettings(draft_max=k, max_tokens=args.max_tokens)  # noqa: E731
     s = Session(args.target, DraftSpec.parse(args.draft))
 
-    def reply(p: dict, k):
-        return list(s.chat([{"role": "user", "content": p["prompt"]}], settings(k)))[-1].stats
+    def reply(p: BenchPrompt, k):
+        return list(s.chat(p.messages, settings(k)))[-1].stats
 
     modes = ["afresh", "carried"] if args.carried else ["afresh"]
     rows = []
     try:
         for rep in range(args.repeats):
-            for i, a in enumerate(firsts):
-                for j, b in enumerate(seconds):
+            for a in firsts:
+                for b in seconds:
                     for mode in modes:
                         policy.ReplyAuto.for_reply = AFRESH if mode == "afresh" else carried
                         s.reset_state()
@@ -69,7 +70,7 @@ def main() -> None:
                         auto = reply(b, "auto")
                         s.reset_state()
                         plain = reply(b, 0)
-                        row = {"repeat": rep, "first": f"{args.first}-{i}", "second": f"{args.second}-{j}", "mode": mode,
+                        row = {"repeat": rep, "first": a.id, "second": b.id, "mode": mode,
                                "ratio": auto.tokens_per_s / plain.tokens_per_s, "auto_rounds_before": auto.auto_rounds_before,
                                "rounds_by_drafter": auto.rounds_by_drafter}
                         rows.append(row)

@@ -70,23 +70,6 @@ def test_where_blocks_cost_next_to_one_token_the_prior_drafts_at_once():
     assert req.look == 0 and req.model_k > 0
 
 
-@pytest.mark.parametrize("agrees", [True, False])
-def test_what_a_look_judged_decides_the_next_round(agrees):
-    auto = AutoK(blocks(CPU))
-    judged = look_windows([agrees] * 16)
-    auto.observe(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, key=MODEL_KEY,
-                              catchup_s=0.05, catchup_tokens=116, aside=judged))
-    assert auto.table(MODEL_KEY).rounds == 16
-    req = auto.request(16, 2, 200, 1)
-    assert req.look == 0
-    if agrees:
-        assert req.model_k >= 4
-    else:
-        assert req.model_k == 0  # 16 of 16 predictions wrong: no draft, and the probe budget starts again
-    # Once judged, a backlog is read for a draft, never looked at again.
-    assert auto.request(16, 300, 200, 50).look == 0
-
-
 def looked(auto: AutoK, pattern: str) -> None:
     """Auto told of a look whose predictions were right where `pattern` says 1."""
     auto.observe(RoundOutcome(k=0, drafted=0, accepted=0, draft_s=0.0, verify_s=0.1, key=MODEL_KEY, catchup_s=0.05,
@@ -96,6 +79,21 @@ def looked(auto: AutoK, pattern: str) -> None:
 def gain(auto: AutoK, k: int) -> float:
     rates = auto.rates(MODEL_KEY, k, True)
     return rates[k] / rates[0]
+
+
+@pytest.mark.parametrize("agrees", [True, False])
+def test_what_a_look_judged_decides_the_next_round(agrees):
+    auto = AutoK(blocks(CPU))
+    looked(auto, ("1" if agrees else "0") * 16)
+    assert auto.table(MODEL_KEY).rounds == 16
+    req = auto.request(16, 2, 200, 1)
+    assert req.look == 0
+    if agrees:
+        assert req.model_k >= 4
+    else:
+        assert req.model_k == 0  # 16 of 16 predictions wrong: no draft, and the probe budget starts again
+    # Once judged, a backlog is read for a draft, never looked at again.
+    assert auto.request(16, 300, 200, 50).look == 0
 
 
 def test_a_look_that_finds_drafting_barely_worth_it_is_followed_by_another_before_any_draft():

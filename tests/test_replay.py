@@ -227,12 +227,17 @@ def test_auto_follows_a_regime_change_within_64_rounds(pname, seed):
         assert worst >= 0.9 * best, (pname, change, sorted(set(late)), worst / best)
 
 
+def perturbed(profile: CostProfile, blocks: float, step: float) -> CostProfile:
+    """The profile with its blocks (2 tokens and more) `blocks` times as dear and the drafter's step `step` times."""
+    return CostProfile(f"{profile.name} x{blocks}/{step}", lambda n: profile.verify(n) * (blocks if n > 1 else 1.0),
+                       profile.draft_step * step, profile.catchup, profile.overhead)
+
+
 def dearer_blocks(profile: CostProfile, factor: float) -> CostProfile:
     """The machine as it runs when blocks of 2+ tokens cost `factor` x what the calibration measured
     (another depth in the context, another load: quiet rounds on the Zen 5 paid 1.03-1.24x, beside a
     busy loop 1.4-2.1x)."""
-    return CostProfile(f"{profile.name}, blocks x{factor}", lambda n: profile.verify(n) * (factor if n > 1 else 1.0),
-                       profile.draft_step, profile.catchup, profile.overhead)
+    return perturbed(profile, factor, 1.0)
 
 
 def test_blocks_dearer_than_calibrated_are_priced_as_the_control_rounds_measure_them():
@@ -298,12 +303,6 @@ def test_a_look_after_twelve_tokens_keeps_short_everyday_replies_at_plain_speed(
     speedups = [simulate(t, xeon, auto_policy("lookup+model"), "lookup+model").rate
                 / simulate(t, xeon, fixed_policy(0), "lookup+model").rate for t in [*bench, *everyday]]
     assert geomean(speedups) >= 1.15 and sum(x < 0.95 for x in speedups) <= 9 and min(speedups) >= 0.8, speedups
-
-
-def perturbed(profile: CostProfile, blocks: float, step: float) -> CostProfile:
-    """The profile with its blocks (2 tokens and more) `blocks` times as dear and the drafter's step `step` times."""
-    return CostProfile(f"{profile.name} x{blocks}/{step}", lambda n: profile.verify(n) * (blocks if n > 1 else 1.0),
-                       profile.draft_step * step, profile.catchup, profile.overhead)
 
 
 def test_a_look_that_finds_drafting_barely_worth_it_is_judged_again():
