@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.core.settings import AppSettings, save_settings
     from app.core.theme import Theme
-    from engine.decoding.draft_choice import DraftLength, DraftSpec
+    from engine.drafting.draft_choice import DraftLength, DraftSpec
 
     save_settings(AppSettings(target=str(links[args.target]), drafter=DraftSpec(links[args.draft]),
                               draft_max=DraftLength.fixed(args.k),

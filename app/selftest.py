@@ -62,7 +62,7 @@ def _compact_system_info(info: str) -> str:
 
 
 def check_backend() -> str:
-    from engine.decoding import llama_backend
+    from engine.llama import backend as llama_backend
     names = llama_backend.backends()
     if not names:
         raise SelfTestFailure("llama.cpp loaded no compute backend (not even the CPU one): the installation is incomplete")
@@ -90,7 +90,7 @@ def _done(events: list):
 def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: int, b: int) -> float | None:
     """The logit gap between two candidates when it is a near-exact tie (batched and single-token
     passes may round differently there), else None."""
-    from engine.decoding.llama_backend import Logits
+    from engine.llama.types import Logits
 
     model = session.target
     model.clear()
@@ -101,8 +101,8 @@ def _is_numerical_tie(session, prompt_tokens: list[int], prefix: list[int], a: i
 
 
 def check_speculation() -> str:
-    from engine.decoding.llama_backend import LoadSettings
-    from engine.decoding.draft_choice import DraftLength
+    from engine.llama.types import LoadSettings
+    from engine.drafting.draft_choice import DraftLength
     from engine.decoding.session import GenerationSettings, Session
 
     folder = _models_dir()

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine import paths
 from engine.errors import AttachmentError
-from engine.decoding.draft_choice import DraftSpec
+from engine.drafting.draft_choice import DraftSpec
 from app.chat.actions import MessageAction
 from app.chat.attachment_bar import AttachmentBar
 from app.chat.chat_pane import ChatPane

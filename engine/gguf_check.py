@@ -29,7 +29,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from engine import paths
-from engine.decoding import kept_store
+from engine.llama import kept_store
 from engine.errors import ModelFileError
 from engine.gguf_hparams import check_hparams
 from engine.gguf_vocab import check_vocab
@@ -232,7 +232,7 @@ def validate_gguf(path: str | Path, read_tokens: bool = True) -> GGUFInfo:
 
 
 #: Files this large (real models) have their answer kept between launches too, in KEPT_NAME under the
-#: cache folder (engine.decoding.kept_store; at most KEPT_FILES): a launch then checks a model by hashing
+#: cache folder (engine.llama.kept_store; at most KEPT_FILES): a launch then checks a model by hashing
 #: its header (15 ms for the 1.5B file) instead of walking it (0.5 s with the vocabulary's checks, which
 #: is Python). Smaller files are walked every time, in milliseconds.
 KEPT_MIN_BYTES = 64 << 20

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.frontends.bench import RunResult, write_report  # noqa: E402
+from engine.frontends.bench import RunResult  # noqa: E402
+from engine.frontends.bench_report import write_report
 
 
 def main(folder: Path) -> None:

@@ -16,9 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.decoding.sampling import (  # noqa: E402
-    SamplingParams, accept_draft_token, distribution, sample_residual, softmax_prob,
-)
+from engine.sampling import SamplingParams, accept_draft_token, distribution, sample_residual, softmax_prob
 
 VOCAB = 151_936  # Qwen2.5's
 CONFIGS = {
@@ -41,7 +39,8 @@ def synthetic_rows(n: int, seed: int = 0) -> np.ndarray:
 
 
 def model_rows(path: str, n: int) -> np.ndarray:
-    from engine.decoding.llama_backend import LlamaModel, LoadSettings, Logits
+    from engine.llama.backend import LlamaModel
+    from engine.llama.types import LoadSettings, Logits
 
     model = LlamaModel(path, LoadSettings(n_ctx=512))
     try:

@@ -113,7 +113,7 @@ def write_model(role: str, spec: dict, path: Path, seed: int) -> Path:
 
 # -- 3. the costs ------------------------------------------------------------------------------------------
 def _timed_blocks(model, sizes, repeats: int, depth: int) -> dict[int, float]:
-    from engine.decoding.llama_backend import Logits
+    from engine.llama.types import Logits
 
     rng = np.random.default_rng(7)
     context = rng.integers(300, model.n_vocab - 10, size=depth).tolist()
@@ -137,7 +137,8 @@ def _timed_blocks(model, sizes, repeats: int, depth: int) -> dict[int, float]:
 
 
 def measure(target: Path, drafter: Path, gpu_layers: int) -> dict:
-    from engine.decoding.llama_backend import LlamaModel, LoadSettings
+    from engine.llama.backend import LlamaModel
+    from engine.llama.types import LoadSettings
 
     load = LoadSettings(n_ctx=2048, n_gpu_layers=gpu_layers)
     t = LlamaModel(target, load)
@@ -182,7 +183,7 @@ def replay(costs: dict) -> dict:
 # -- 5. plain decoding against llama-bench -----------------------------------------------------------------
 def plain_vs_llama_bench(target: Path, tools: Path, gpu_layers: int, n_gen: int = 128) -> dict:
     from engine.decoding.events import DoneEvent
-    from engine.decoding.llama_backend import LoadSettings
+    from engine.llama.types import LoadSettings
     from engine.decoding.session import GenerationSettings, Session
     from engine.frontends import native
 
@@ -212,7 +213,7 @@ def plain_vs_llama_bench(target: Path, tools: Path, gpu_layers: int, n_gen: int 
 
 # -- the report ----------------------------------------------------------------------------------------------
 def device_text(backend: str) -> str:
-    from engine.decoding.llama_backend import backends, devices
+    from engine.llama.backend import backends, devices
 
     parts = [f"backend {backend}", f"llama.cpp backends {', '.join(backends())}"]
     parts += [f"{d.description or d.name} ({d.kind}, {d.memory_total / 2**30:.0f} GiB)" for d in devices()]

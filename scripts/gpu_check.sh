@@ -54,7 +54,7 @@ case "$BACKEND" in
     metal) flags+=(-DGGML_METAL=ON) ;;
     cpu) flags+=(-DGGML_CUDA=OFF) ;;
 esac
-# On an AMX CPU, GCC 12 miscompiles ggml's AMX tile setup (engine/decoding/amx_check.py): -fno-dse.
+# On an AMX CPU, GCC 12 miscompiles ggml's AMX tile setup (engine/llama/amx_check.py): -fno-dse.
 amx_flags="$(bash "$ROOT/scripts/amx_cxx_flags.sh")"
 [ -z "$amx_flags" ] || flags+=("$amx_flags")
 BUILD="${REUSE:-$WORK/build-$BACKEND}"

@@ -85,7 +85,8 @@ def reply_text(rng: random.Random, code_lines: int | None = None) -> str:
 
 def events_for(text: str, rng: random.Random):
     """Token and round events as a speculative run would emit them: rounds of k=4 drafts, mostly accepted."""
-    from engine.decoding.events import DraftKind, RoundEvent, TokenEvent, TokenSource
+    from engine.drafting.draft_choice import DraftKind
+    from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 
     pieces = split_tokens(text)
     tokens, rounds, i, rnd = [], [], 0, 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.decoding import policy  # noqa: E402
-from engine.decoding.draft_choice import DraftSpec  # noqa: E402
+from engine.drafting import policy  # noqa: E402
+from engine.drafting.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.events import DoneEvent  # noqa: E402
 from engine.decoding.session import GenerationSettings, Session  # noqa: E402
 from engine.frontends.bench import BenchPrompt, load_prompts  # noqa: E402

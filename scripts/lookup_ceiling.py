@@ -26,9 +26,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.decoding.replay import (  # noqa: E402
-    K_MAX, PROFILES, CostProfile, Trace, auto_policy, best_fixed, fixed_policy, load_traces, recorded_profile,
-    save_traces, simulate,
+from engine.decoding.replay import (
+    K_MAX,
+    PROFILES,
+    CostProfile,
+    Trace,
+    auto_policy,
+    best_fixed,
+    fixed_policy,
+    load_traces,
+    recorded_profile,
+    save_traces,
+    simulate,
 )
 
 CHATS = ROOT / "resources" / "bench" / "chats.jsonl"
@@ -80,7 +89,7 @@ def cost_header() -> dict:
 
 def record(categories: Sequence[str], out: Path) -> tuple[dict, list[Trace]]:
     from engine.decoding.events import TokenEvent
-    from engine.decoding.llama_backend import LoadSettings
+    from engine.llama.types import LoadSettings
     from engine.decoding.replay import record_trace
     from engine.decoding.session import GenerationSettings, Session
     from engine.frontends.bench import load_prompts

@@ -3,8 +3,8 @@
 #
 #   scripts/mutation.sh FILE... [-- TEST...]
 #
-# e.g. scripts/mutation.sh engine/decoding/sampling.py
-#      scripts/mutation.sh engine/decoding/policy.py -- tests/test_policy.py tests/test_replay.py
+# e.g. scripts/mutation.sh engine/sampling.py
+#      scripts/mutation.sh engine/drafting/policy.py -- tests/engine/drafting/test_policy.py tests/engine/drafting/test_replay.py
 #
 # mutmut (3.x: pip install -e '.[mutation]') mutates each FILE (operators, constants, strings,
 # arguments), runs the TESTs that reach the mutated function, and counts a mutant killed when a
@@ -15,7 +15,7 @@
 # 4 minutes for sampling.py (368 mutants); much longer for a file whose tests include the
 # sampled-distribution tests (35 s a run). MUTATION_JOBS sets the parallel workers; MUTANTS, globs
 # over mutant names, mutates only what matches and scores that (the functions a change touched),
-# e.g. MUTANTS='engine.decoding.drafters.xǁLookupDrafterǁfind__mutmut_*'.
+# e.g. MUTANTS='engine.drafting.base.xǁLookupDrafterǁfind__mutmut_*'.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-$here/.venv/bin/python}"
@@ -33,15 +33,15 @@ fi
 if [ ${#tests[@]} -eq 0 ]; then
     for f in "${files[@]}"; do
         case "$f" in
-            engine/decoding/sampling.py) tests+=(tests/test_exactness_sampling_rules.py tests/test_sampling_oracle.py) ;;
+            engine/sampling.py) tests+=(tests/engine/decoding/test_exactness_sampling_rules.py tests/engine/decoding/test_sampling_oracle.py) ;;
             # the loop and the drafters: their own unit tests and the greedy edges first (fast), then
             # the sampled distributions (slow)
             engine/decoding/speculative.py)
-                tests+=(tests/test_mutation_kills_loop.py tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_sampling_exactness.py) ;;
-            engine/decoding/drafters.py)
-                tests+=(tests/test_mutation_kills_drafters.py tests/test_exactness_greedy.py tests/test_loop_edges.py tests/test_engine.py tests/test_history_index.py tests/test_sampling_exactness.py) ;;
-            engine/decoding/policy.py) tests+=(tests/test_policy_units.py tests/test_policy.py tests/test_replay.py) ;;
-            engine/decoding/verdict.py) tests+=(tests/test_verdict.py tests/test_control_rounds.py) ;;
+                tests+=(tests/engine/decoding/test_mutation_kills_loop.py tests/engine/decoding/test_exactness_greedy.py tests/engine/decoding/test_loop_edges.py tests/engine/decoding/test_speculative_loop.py tests/engine/decoding/test_sampling_exactness.py) ;;
+            engine/drafting/base.py)
+                tests+=(tests/engine/drafting/test_mutation_kills_drafters.py tests/engine/decoding/test_exactness_greedy.py tests/engine/decoding/test_loop_edges.py tests/engine/decoding/test_speculative_loop.py tests/engine/drafting/test_history_index.py tests/engine/decoding/test_sampling_exactness.py) ;;
+            engine/drafting/policy.py) tests+=(tests/engine/drafting/test_policy_units.py tests/engine/drafting/test_policy.py tests/engine/drafting/test_replay.py) ;;
+            engine/decoding/verdict.py) tests+=(tests/engine/decoding/test_verdict.py tests/engine/decoding/test_control_rounds.py) ;;
             *) echo "no default tests for $f: name them after --" >&2; exit 2 ;;
         esac
     done
@@ -56,7 +56,7 @@ cat >> "$work/pyproject.toml" <<TOML
 
 [tool.mutmut]
 source_paths = ["engine"]
-# the recorded benchmark traces that tests/test_replay.py replays
+# the recorded benchmark traces that tests/engine/drafting/test_replay.py replays
 also_copy = ["resources/bench"]
 only_mutate = $(toml_list "${files[@]}")
 pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")

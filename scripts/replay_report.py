@@ -19,9 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.decoding.replay import (  # noqa: E402
-    K_MAX, REGIME, REGIME_CHANGES, CostProfile, all_cases, auto_policy, compare, simulate,
-)
+from engine.decoding.replay import K_MAX, REGIME, REGIME_CHANGES, CostProfile, all_cases, auto_policy, compare, simulate
 
 TRACES = Path(__file__).resolve().parent.parent / "resources" / "bench" / "traces.jsonl"
 

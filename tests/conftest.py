@@ -60,7 +60,7 @@ def cpu_weights_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def amx_checks_file() -> Path:
-    """Where the run keeps what engine.decoding.amx_check found per model file: tried once per run, as a
+    """Where the run keeps what engine.llama.amx_check found per model file: tried once per run, as a
     person's machine tries a file once, instead of once per test."""
     return Path(os.environ["DRAFTLIGHT_AMX_CHECKS"])
 
@@ -71,7 +71,7 @@ def isolated_home(tmp_path, monkeypatch, cpu_weights_dir, amx_checks_file):
     monkeypatch.setenv("DRAFTLIGHT_CPU_WEIGHTS", str(cpu_weights_dir))
     monkeypatch.setenv("DRAFTLIGHT_AMX_CHECKS", str(amx_checks_file))
     # Control rounds fall where measured times put them: the tests that look at a reply's rounds want
-    # the rounds a fixed k makes (tests/test_control_rounds.py turns them on for its own checks).
+    # the rounds a fixed k makes (tests/engine/decoding/test_control_rounds.py turns them on for its own checks).
     monkeypatch.setenv("DRAFTLIGHT_CONTROL_ROUNDS", "0")
     home = tmp_path / "home"
     monkeypatch.setenv("DRAFTLIGHT_HOME", str(home))

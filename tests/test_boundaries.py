@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tree import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,7 +34,7 @@ def test_import_linter_contracts_hold():
 
 def test_only_the_backend_module_imports_llama_cpp():
     users = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("engine/**/*.py") if "llama_cpp" in imported_modules(p))
-    assert users == ["engine/decoding/llama_backend.py"]
+    assert users == ["engine/llama/backend.py"]
 
 
 def test_app_never_imports_llama_cpp_even_indirectly_named():

@@ -24,21 +24,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import (QContextMenuEvent, QDesktopServices, QFont, QGuiApplication, QKeyEvent, QPalette,
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import (QFont, QGuiApplication, QKeyEvent, QPalette,
                            QTextBlockFormat, QTextCursor)
-from PySide6.QtWidgets import QMenu, QMessageBox, QTextBrowser, QWidget
+from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
 
 from engine.decoding.events import TokenEvent
 
 from app.chat import app_links
-from app.chat.actions import MessageAction
 from app.chat.app_links import LinkKind
 from app.chat.live_reply import LiveReply, ShownMessage
 from app.chat.markdown_spans import LINE_BREAK, Block, parse
 from app.chat.message_frame import write_attachments, write_end, write_header, write_thinking_toggle
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
 from app.chat.thinking import THINKING_CODE, first_answer_token, parts_of, phase, thinks, toggle_label
+from app.chat.view_actions import ViewActions
 from app.chat.view_navigation import ViewNavigation
 from app.chat.view_reading import ViewReading, message_source
 from app.core.theme import LIGHT_COLOURS, TokenColours
@@ -64,19 +64,6 @@ class ViewOptions:
     """Show the messages' action links (copy, regenerate, edit, delete, alternatives)."""
 
 
-def _with_mnemonic(words: str, taken: set[str]) -> str:
-    """`words` with '&' before the first letter not yet `taken` (a word's first letter preferred): a menu's item
-    then answers to that key."""
-    words = words.replace("&", "&&")
-    starts = [i for i, ch in enumerate(words) if ch.isalpha() and (i == 0 or not words[i - 1].isalnum())]
-    for i in starts + list(range(len(words))):
-        ch = words[i].lower()
-        if words[i].isalnum() and ch not in taken:
-            taken.add(ch)
-            return words[:i] + "&" + words[i:]
-    return words
-
-
 def _out_of_the_collectors_sight() -> None:
     """Called after each slice of drawing older messages: what was made for them lives as long as the chat is shown.
 
@@ -91,7 +78,7 @@ def _out_of_the_collectors_sight() -> None:
     gc.freeze()
 
 
-class ChatView(ViewReading, ViewNavigation, QTextBrowser):
+class ChatView(ViewReading, ViewNavigation, ViewActions, QTextBrowser):
     """Read-only view of one conversation; GUI thread only. This class renders (the whole chat in slices,
     the streaming reply) and handles links; reading back is ViewReading's, moving about ViewNavigation's."""
 
@@ -543,65 +530,6 @@ class ChatView(ViewReading, ViewNavigation, QTextBrowser):
                 self._scroll_to_end()
         return w
 
-
-    # -- links ---------------------------------------------------------------------------------------------
-    def _on_anchor(self, url: QUrl) -> None:
-        link = app_links.parse(url.toString())
-        if link is None:  # a link in a message: content, whatever it says
-            self._open_external(url)
-            return
-        kind, parts = link
-        if kind is LinkKind.ACTION and len(parts) == 2 and parts[0] in MessageAction.__members__.values() \
-                and parts[1].lstrip("-").isdigit():
-            self.action_requested.emit(parts[0], int(parts[1]))
-        elif kind is LinkKind.COPY and len(parts) == 1 and parts[0].lstrip("-").isdigit():
-            self.copy_message(int(parts[0]))
-        elif kind is LinkKind.COPY_CODE and len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts):
-            self.copy_code(int(parts[0]), int(parts[1]))
-        elif kind is LinkKind.THINKING and len(parts) == 1 and parts[0].lstrip("-").isdigit():
-            self.toggle_thinking(int(parts[0]))
-
-    def _open_external(self, url: QUrl) -> None:
-        """Only http, https and mailto, after showing where it goes (a model wrote it)."""
-        if url.scheme().lower() not in app_links.EXTERNAL:
-            self.link_refused.emit(url.toString())
-            return
-        answer = QMessageBox.question(self, "Open link", f"Open this link from the chat?\n\n{url.toString()}")
-        if answer == QMessageBox.StandardButton.Yes:
-            QDesktopServices.openUrl(url)
-
-    # -- a message's actions as a menu -------------------------------------------------------------------------
-    def show_actions_menu(self, at: QPoint | None = None) -> QMenu | None:
-        """A menu of the actions of the message at the text cursor (or at `at`, a viewport point), shown
-        there; also Copy and Select all. None when no message is shown."""
-        if at is not None:
-            position = self.cursorForPosition(at).position()
-        else:
-            position = self.textCursor().position()
-            at = self.cursorRect().bottomLeft()
-        m = self.message_at(position) or (self._shown[-1].message if self._shown else None)
-        if m is None:
-            return None
-        menu = QMenu(self)
-        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        menu.setAccessibleName("Message actions")
-        menu.setToolTipsVisible(True)
-        taken: set[str] = set()
-        for words, href, tip in self.message_links(m.id):
-            act = menu.addAction(_with_mnemonic(words, taken))
-            act.setToolTip(tip)
-            act.triggered.connect(lambda _checked=False, h=href: self._on_anchor(QUrl(h)))
-        menu.addSeparator()
-        copy = menu.addAction("Copy selected text", self.copy)
-        copy.setEnabled(self.textCursor().hasSelection())
-        menu.addAction("Select all", self.selectAll)
-        self.actions_menu = menu
-        menu.popup(self.viewport().mapToGlobal(at))
-        return menu
-
-    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
-        keyboard = e.reason() == QContextMenuEvent.Reason.Keyboard
-        self.show_actions_menu(None if keyboard else e.pos())
 
     # -- keyboard ----------------------------------------------------------------------------------------------
     def keyPressEvent(self, e: QKeyEvent) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.history.records import Message
-from engine.decoding.draft_choice import DraftLength
+from engine.drafting.draft_choice import DraftLength
 from engine.decoding.events import Certainty
 
 from app.core.drafter_names import recorded_drafter

@@ -6,8 +6,8 @@ import os
 import threading
 from pathlib import Path
 
-from engine.decoding import cpu_weights
-from engine.decoding.draft_choice import DraftSpec
+from engine.llama import cpu_weights
+from engine.drafting.draft_choice import DraftSpec
 from engine.errors import EngineError, LoadCancelled
 from engine.models import catalog, default_pair, download, modelstore
 
@@ -46,7 +46,7 @@ def import_task(src: Path, copy: bool = True) -> Task:
 
 
 def fast_copy_task(target: Path, drafter: DraftSpec) -> Task:
-    """Make the fast copy of `target` for this CPU (engine.decoding.cpu_weights); the result is the pair
+    """Make the fast copy of `target` for this CPU (engine.llama.cpu_weights); the result is the pair
     it makes with the same drafter, for the caller to switch to."""
     def job(report: Report, cancel: threading.Event) -> tuple[Path, str]:
         report(target.name, None, "llama.cpp's quantizer, once: seconds to a minute")

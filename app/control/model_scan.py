@@ -1,7 +1,7 @@
 """Which models are installed, and which of them can draft for a target (no Qt: runs off the GUI thread).
 
 Uses engine.models.modelstore when it is there; otherwise reads the GGUF headers itself with the
-engine's validator and llama.cpp's pairing rules (engine.decoding.compat), loading no weights.
+engine's validator and llama.cpp's pairing rules (engine.drafting.compat), loading no weights.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import paths
-from engine.decoding import cpu_weights
-from engine.decoding.compat import incompatibilities, vocab_of_file
+from engine.llama import cpu_weights
+from engine.drafting.compat import incompatibilities, vocab_of_file
 from engine.errors import EngineError
 from engine.gguf_check import validate_gguf
 
@@ -39,7 +39,7 @@ class ModelEntry:
     size_bytes: int
     """File size."""
     copy_of: Path | None = None
-    """The model this is the fast copy for this CPU of (engine.decoding.cpu_weights), or None."""
+    """The model this is the fast copy for this CPU of (engine.llama.cpu_weights), or None."""
     copyable: bool = False
     """A fast copy for this CPU can be made of it (and is not made yet)."""
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 
 from engine.errors import LoadCancelled, ModelFileError
-from engine.decoding.draft_choice import DraftSpec
-from engine.decoding.session import LoadSettings, LoadStage
+from engine.drafting.draft_choice import DraftSpec
+from engine.llama.types import LoadSettings
+from engine.decoding.measure import LoadStage
 
 from app.control.model_scan import DrafterOption, ModelEntry, drafter_options, list_models
 from app.control.preferences import Preferences

@@ -30,7 +30,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
 from engine.decoding.reasoning import split_reply
-from engine.decoding.sampling import SamplingParams
+from engine.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations, title_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.decoding.draft_choice import DraftSpec
+from engine.drafting.draft_choice import DraftSpec
 
 NONE_LABEL = "none"
 LOOKUP_LABEL = "prompt lookup"

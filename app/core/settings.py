@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.decoding.draft_choice import AUTO_TEXT, DraftLength, DraftSpec
+from engine.drafting.draft_choice import AUTO_TEXT, DraftLength, DraftSpec
 
 from app.core.files import set_aside
 from app.core.theme import Theme
 
 FILE_NAME = "settings.json"
 AUTO = DraftLength.AUTO
-"""Draft length chosen by measured costs (engine.decoding.draft_choice.DraftLength.AUTO)."""
+"""Draft length chosen by measured costs (engine.drafting.draft_choice.DraftLength.AUTO)."""
 # The most a person may pick in the app (the engine takes more: the command line allows 64).
 MAX_DRAFT_LENGTH = 16
 

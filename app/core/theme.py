@@ -12,7 +12,7 @@ every source also differs without colour, so the view reads in a greyscale scree
 | rejected   | reddish-purple              | struck through                                     |
 
 Every text colour keeps >= 4.5:1 (WCAG) against the page, the code background and the shading;
-tests/test_app_access.py measures it and the greyscale differences on rendered pixels. Prompt
+tests/app/test_app_access.py measures it and the greyscale differences on rendered pixels. Prompt
 lookup has no mark of its own: its drafts are accepted tokens like a model's (the reply's header
 names the drafter).
 """

@@ -12,8 +12,16 @@ from enum import StrEnum
 from typing import Any
 
 from engine.attachments import Attachment
-from engine.decoding.events import (Certainty, FinishReason, RoundEvent, RoundTotals, Stats, TokenEvent, TokenSource,
-                                    with_totals)
+from engine.decoding.events import (
+    Certainty,
+    FinishReason,
+    RoundEvent,
+    RoundTotals,
+    Stats,
+    TokenEvent,
+    TokenSource,
+    with_totals,
+)
 
 
 class Role(StrEnum):

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.decoding.events import Certainty, DraftKind, RoundEvent, RoundTotals, Stats
-from engine.decoding.policy import LOOK_TOKENS
+from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
+from engine.drafting.draft_choice import DraftKind
+from engine.drafting.policy import LOOK_TOKENS
 
 HELPING = 1.05
 """At or above this speed ratio speculation is 'helping'."""

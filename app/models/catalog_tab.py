@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.decoding.draft_choice import DraftSpec
+from engine.drafting.draft_choice import DraftSpec
 from engine.errors import EngineError
 
 from app.core.background import run_in_background

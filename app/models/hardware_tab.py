@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout,
                                QWidget)
 
-from engine.decoding import cpu_weights
+from engine.llama import cpu_weights
 from engine.errors import EngineError
 
 from app.core.background import run_in_background

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.decoding.draft_choice import DraftLength, DraftSpec
+from engine.drafting.draft_choice import DraftLength, DraftSpec
 
 from app.control.model_scan import DrafterOption, ModelEntry, entry_for, human_bytes
 from app.models.elided_combo import SHORT_ROLE, ElidedCombo

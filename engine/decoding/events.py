@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from typing import Any
 
-from engine.decoding.draft_choice import AUTO_TEXT
+from engine.drafting.draft_choice import AUTO_TEXT, DraftKind
 
 
 class TokenSource(StrEnum):
@@ -21,15 +21,6 @@ class TokenSource(StrEnum):
     CORRECTION = "correction"  # the target's own token at the first rejected position
     BONUS = "bonus"  # the target's extra token after a fully accepted draft
     TARGET = "target"  # no draft this round: plain decoding
-
-
-class DraftKind(StrEnum):
-    """Who proposed a draft."""
-
-    NONE = "none"
-    MODEL = "model"
-    LOOKUP = "lookup"
-    HISTORY = "history"  # prompt lookup in past conversations (engine.decoding.history_index)
 
 
 class Certainty(StrEnum):
@@ -217,7 +208,7 @@ class RoundEvent:
     `with_totals` fills them)."""
     threads: tuple[int, int] | None = None
     """(threads the target ran on, threads it was loaded with) where it ran on fewer because other programs
-    kept cores busy (engine.decoding.thread_governor); None: on all of them."""
+    kept cores busy (engine.llama.thread_governor); None: on all of them."""
     looked: tuple[int, int] | None = None
     """The model drafter looked this round instead of drafting (policy.DraftRequest.look): (the reply's
     tokens it guessed, of those right as the target wrote them); `draft_s` is its read. None: no look."""

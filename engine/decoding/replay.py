@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.decoding.drafters import CATCHUP_MIN, LookupDrafter
 from engine.decoding.events import Certainty
-from engine.decoding.policy import (
-    AutoK, CostModel, DraftKey, DraftKind, DraftPolicy, DraftRequest, FixedK, NoDraft, RoundOutcome, look_windows,
-    lookup_key,
-)
 from engine.decoding.verdict import ControlRounds, PlainEstimate
+from engine.drafting.costs import CostModel, RoundOutcome
+from engine.drafting.draft_choice import DraftKind
+from engine.drafting.lookup import LookupDrafter
+from engine.drafting.model import CATCHUP_MIN
+from engine.drafting.policy import AutoK, DraftPolicy, FixedK, NoDraft, look_windows
+from engine.drafting.request import DraftKey, DraftRequest, lookup_key
 
 #: Longest draft replayed (Auto's k_max).
 K_MAX = 16
@@ -270,7 +271,7 @@ def best_fixed(trace: Trace, profile: CostProfile, drafter: str) -> tuple[int, S
     return max(runs, key=lambda kr: kr[1].rate)
 
 
-# -- the cases Auto is held to (tests/test_replay.py, scripts/replay_report.py) -------------------------
+# -- the cases Auto is held to (tests/engine/drafting/test_replay.py, scripts/replay_report.py) -------------------------
 def synthetic(name: str, segments: list[tuple[float, int]], seed: int = 0) -> Trace:
     """A model drafter whose next-token guesses are right with probability p, segment by segment."""
     rng = np.random.default_rng(seed)
@@ -331,7 +332,9 @@ def record_trace(name: str, category: str, target_vocab: int, prompt: Sequence[i
     at every position as the LookupDrafter runs it. `opening`: of the prompt, what the drafter read at load."""
     match = ""
     if drafter_model is not None:
-        from engine.decoding.llama_backend import Logits  # only here: the rest of replay runs without llama.cpp
+        from engine.llama.types import (
+            Logits,  # only here: the rest of replay runs without llama.cpp
+        )
 
         ctx = list(prompt) + list(reply)
         drafter_model.clear()

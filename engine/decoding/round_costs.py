@@ -1,4 +1,4 @@
-"""A round's costs, accounted in one place: what the cost model (engine.decoding.policy.CostModel) learns.
+"""A round's costs, accounted in one place: what the cost model (engine.drafting.policy.CostModel) learns.
 
 The loop (engine.decoding.speculative) times drafting and verifying as they happen, and the policy and
 control rounds judge a round from those at once, before the next draft. The rest of a round (its events,
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.decoding.policy import CostModel, RoundOutcome
+from engine.drafting.costs import CostModel, RoundOutcome
 
 
 class RoundCosts:

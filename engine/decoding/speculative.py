@@ -21,17 +21,25 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from engine.decoding.calibration import judged_share
-from engine.decoding.drafters import Draft, Drafter
 from engine.decoding.events import DoneEvent, Event, FinishReason, RoundEvent, TokenEvent, TokenSource
-from engine.decoding.llama_backend import LlamaModel, Logits
-from engine.decoding.policy import CostModel, DraftKey, DraftPolicy, NoDraft, RoundOutcome
 from engine.decoding.round_costs import RoundCosts
-from engine.decoding.sampling import SamplingParams, accept_draft_token, distribution, sample_residual
 from engine.decoding.stats import StatsTracker
 from engine.decoding.stop_strings import StopText
 from engine.decoding.verdict import ControlRounds
+from engine.drafting.base import Draft, Drafter
+from engine.drafting.costs import CostModel, RoundOutcome
+from engine.drafting.policy import DraftPolicy, NoDraft
+from engine.drafting.request import DraftKey
 from engine.errors import ContextFullError, EngineError, Interrupted
+from engine.llama.backend import LlamaModel
+from engine.llama.calibration import judged_share
+from engine.llama.types import Logits
+from engine.sampling import (
+    SamplingParams,
+    accept_draft_token,
+    distribution,
+    sample_residual,
+)
 
 _NO_DRAFT = Draft()
 
@@ -296,7 +304,7 @@ def generate(
     plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
     `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
     whose text may begin one is yielded once the next round tells, still followed by its own tokens.
-    `p_min`: a model drafter stops drafting below this top probability (engine.decoding.policy.DraftRequest).
+    `p_min`: a model drafter stops drafting below this top probability (engine.drafting.policy.DraftRequest).
     `reply_from`: where the reply starts in a rendered conversation, after the chat template's frame for it
     (None: raw text, which the reply continues); prompt lookup matches only within the reply."""
     if not prompt:

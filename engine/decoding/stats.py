@@ -9,9 +9,10 @@ import time
 from collections.abc import Iterator
 from typing import TypeVar
 
-from engine.decoding.events import Certainty, DraftKind, RoundTotals, Stats
-from engine.decoding.policy import CostModel, RoundOutcome
+from engine.decoding.events import Certainty, RoundTotals, Stats
 from engine.decoding.verdict import PlainEstimate
+from engine.drafting.costs import CostModel, RoundOutcome
+from engine.drafting.draft_choice import DraftKind
 
 T = TypeVar("T")
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import statistics
 
-from engine.decoding.events import Certainty, DraftKind
-from engine.decoding.policy import CostModel, RoundOutcome, ran_on
+from engine.decoding.events import Certainty
+from engine.drafting.costs import CostModel, RoundOutcome, ran_on
+from engine.drafting.draft_choice import DraftKind
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
 MIN_ROUNDS = 4

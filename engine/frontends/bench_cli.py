@@ -7,7 +7,7 @@ from pathlib import Path
 from engine.frontends.options import (
     add_history_options, add_thread_options, draft_load_settings, draft_max_arg, history_cap_bytes, load_settings,
 )
-from engine.decoding.draft_choice import DraftLength
+from engine.drafting.draft_choice import DraftLength
 from engine.paths import resources_dir
 
 DEFAULT_PROMPTS = resources_dir() / "bench" / "prompts.jsonl"
@@ -30,7 +30,7 @@ def register(sub) -> None:
     add_thread_options(b)
     b.add_argument("--gpu-layers", type=int, default=-1)
     b.add_argument("--traces", type=Path, default=None,
-                   help="also write replayable traces of every prompt (JSONL) for tests/test_replay.py")
+                   help="also write replayable traces of every prompt (JSONL) for tests/engine/drafting/test_replay.py")
     b.add_argument("--native", type=Path, default=None,
                    help="folder with llama.cpp's own llama-bench (scripts/build_llama_tools.sh): report plain / llama-bench tg")
     b.add_argument("--native-modes", default=None,
@@ -53,7 +53,8 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from engine.frontends.bench import load_prompts, meta_for, parse_variants, record_traces, run_bench, write_report
+    from engine.frontends.bench import load_prompts, parse_variants, run_bench
+    from engine.frontends.bench_report import meta_for, record_traces, write_report
     from engine.errors import EngineError
     from engine.decoding.session import Session
 
@@ -104,7 +105,7 @@ def _histories(args, session, prompts):
     """Per prompt, an index of the other warm-up conversations (and the saved index, if asked)."""
     import statistics
 
-    from engine.decoding.history_index import HistoryIndex
+    from engine.drafting.history_index import HistoryIndex
     from engine.errors import EngineError
     from engine.frontends.bench import history_indexes, load_prompts
 

@@ -91,7 +91,7 @@ def _recording(events, ids: list[int]):
 
 def _open_history(session, folder, cap: int):
     """The index of past conversations for this target's vocabulary in `folder` (made if need be)."""
-    from engine.decoding.history_index import HistoryIndex
+    from engine.drafting.history_index import HistoryIndex
 
     index = HistoryIndex.open_for(folder, session.target, cap)
     for note in index.notes:

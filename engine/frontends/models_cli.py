@@ -179,17 +179,17 @@ def cmd_install_default(args) -> int:
         bar.end_line()
         raise
     print(f"target:  {target}\ndrafter: {drafter}")
-    from engine.decoding import cpu_weights
-    from engine.decoding.llama_backend import supports_gpu_offload
+    from engine.llama import cpu_weights
+    from engine.llama.backend import supports_gpu_offload
 
     if cpu_weights.wanted(drafter, cpu_weights.Role.DRAFTER, supports_gpu_offload()):
-        print("making the drafter's copy for this CPU (once; engine.decoding.cpu_weights) ...", flush=True)
+        print("making the drafter's copy for this CPU (once; engine.llama.cpu_weights) ...", flush=True)
         print(f"drafter for this CPU: {cpu_weights.make(drafter, cpu_weights.Role.DRAFTER)}")
     return 0
 
 
 def cmd_tune(args) -> int:
-    from engine.decoding import cpu_weights
+    from engine.llama import cpu_weights
 
     role = cpu_weights.Role(args.role)
     path = Path(args.path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.decoding.draft_choice import DraftLength, DraftSpec
+from engine.drafting.draft_choice import DraftLength, DraftSpec
 from engine.errors import EngineError
 
 
@@ -44,7 +44,7 @@ def add_history_options(p: argparse.ArgumentParser) -> None:
 
 
 def history_cap_bytes(args) -> int:
-    from engine.decoding.history_index import DEFAULT_CAP_MB
+    from engine.drafting.history_index import DEFAULT_CAP_MB
 
     mb = DEFAULT_CAP_MB if args.history_cap_mb is None else args.history_cap_mb
     if not mb > 0:
@@ -67,7 +67,7 @@ def add_thread_options(p: argparse.ArgumentParser) -> None:
 
 
 def load_settings(args):
-    from engine.decoding.llama_backend import LoadSettings
+    from engine.llama.types import LoadSettings
 
     choice = {"auto": None, "on": True, "off": False}
     return LoadSettings(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
@@ -86,7 +86,7 @@ def draft_load_settings(args):
 
 
 def generation_settings(args):
-    from engine.decoding.sampling import SamplingParams
+    from engine.sampling import SamplingParams
     from engine.decoding.session import GenerationSettings
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.decoding.threads import default_threads
+from engine.llama.threads import default_threads
 from engine.gguf_check import GGUFInfo, validate_gguf
 
 #: Fixed overhead per loaded model beyond the parts computed below (context, graph, scratch).
@@ -58,7 +58,7 @@ class HardwareReport:
     ram_available: int
     """RAM available without swapping, in bytes."""
     amx: str | None = None
-    """Where this build of llama.cpp has AMX kernels: whether they run here (engine.decoding.amx_check)."""
+    """Where this build of llama.cpp has AMX kernels: whether they run here (engine.llama.amx_check)."""
     drafter_flash_attn: bool | None = None
     """Flash attention for drafters (llama_backend.drafter_flash_attn: off on a CPU; None: llama.cpp's choice)."""
 
@@ -83,7 +83,7 @@ class HardwareReport:
 
     def default_load(self, n_ctx: int = 4096):
         """LoadSettings with all layers on the GPU when there is one, none otherwise; every CPU thread."""
-        from engine.decoding.llama_backend import LoadSettings
+        from engine.llama.types import LoadSettings
 
         return LoadSettings(n_ctx=n_ctx, n_gpu_layers=-1 if self.gpu_offload else 0, n_threads=self.cpu_threads)
 
@@ -195,7 +195,7 @@ def ram() -> tuple[int, int]:
 
 
 def hardware_report() -> HardwareReport:
-    from engine.decoding import amx_check, llama_backend
+    from engine.llama import amx_check, backend as llama_backend
 
     devs = tuple(DeviceInfo(d.name, d.description, d.kind, d.memory_free, d.memory_total)
                  for d in llama_backend.devices())

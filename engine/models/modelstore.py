@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.decoding.compat import (
+from engine.drafting.compat import (
     CHECK_START_TOKEN_ID,
     MAX_VOCAB_SIZE_DIFFERENCE,
     Vocab,

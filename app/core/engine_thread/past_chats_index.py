@@ -1,7 +1,7 @@
 """Drafting from past chats (opt-in), on the engine thread: which index is open, what goes in, when it is saved.
 
 Off by default. When on, each finished reply and the conversation before it are counted into a
-HistoryIndex (token n-gram counts, engine.decoding.history_index) in the data folder, one file per
+HistoryIndex (token n-gram counts, engine.drafting.history_index) in the data folder, one file per
 vocabulary, capped in size; prompt lookup then also drafts from it where the conversation itself
 has nothing to copy. Nothing here may fail a reply or a load: every error becomes a note for the
 person. Not thread-safe: the EngineWorker calls it from the engine thread only (and at release,
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.decoding.history_index import HistoryIndex, default_folder
+from engine.drafting.history_index import HistoryIndex, default_folder
 from engine.decoding.session import GenerationSettings, Session
 
 SAVE_STEP_BYTES = 8 * 2**20

@@ -7,7 +7,7 @@ app's background Worker (app.core.background), which gives each job a thread of 
 models live on this one thread for the session, and loads and replies must run one at a time in
 the order they were asked for. Stop is not a slot (the thread is busy inside the reply): `stop()` marks request ids
 as stopped and sets the running reply's own stop request directly from the GUI thread, which ends
-llama.cpp's pass in progress part-way (engine.decoding.llama_backend.StopRequest).
+llama.cpp's pass in progress part-way (engine.llama.backend.StopRequest).
 
 Loads can be cancelled from the GUI thread (`cancel_load`): llama.cpp stops within one tensor and
 frees what it had loaded, and the load ends as a failure with LoadCancelled. Closing cancels the
@@ -33,8 +33,10 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine.attachments import Attachment, fenced
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.decoding.events import DoneEvent, TokenEvent
-from engine.decoding.draft_choice import DraftSpec
-from engine.decoding.session import GenerationSettings, LoadSettings, LoadStage, Session, StopRequest
+from engine.drafting.draft_choice import DraftSpec
+from engine.decoding.session import GenerationSettings, Session
+from engine.decoding.measure import LoadStage
+from engine.llama.types import LoadSettings, StopRequest
 
 from app.core.errors import AttachmentTooLarge
 from app.core.engine_thread.past_chats_index import PastChatsChoice, PastChatsIndex

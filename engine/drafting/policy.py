@@ -1,0 +1,524 @@
+"""How long a draft to ask for: a fixed k, or "Auto", which prices every k from measured costs.
+
+Auto picks, each round, the k (0 = plain decoding) that maximises expected tokens per second:
+
+    E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j        tokens a round emits on average
+    T(k) = D * k + V(k + 1) + O(k)                 seconds it costs
+
+a_j is the chance that draft position j is accepted given that the ones before it were, D the
+drafter's cost per drafted token, V(n) the target's cost to score a block of n tokens (measured,
+interpolated between measured sizes, and dearer where plain rounds next to drafting ones measure
+blocks dearer than that: CostModel.verify_cost) and O the engine's own overhead per round.
+
+What each price covers, so that none is inflated by how long drafting was off:
+- D is one drafter step: a model drafter that must first read tokens it has not seen (after plain
+  or lookup rounds) reports that catch-up apart, priced per token of a batched read like prefill.
+- Catch-up is a cost of turning drafting back on, so it is charged to probes, not to the
+  steady-state choice of k. When that choice says draft but the drafter is behind (the prompt, at a
+  reply's first round: Auto does not have the drafter read it with the target's prefill), drafting
+  starts only if what it is expected to save over the reply's next tokens (at most REPLY_HORIZON)
+  pays for the whole read; otherwise the read waits for a probe's budget like any other.
+- Acceptance is a Beta posterior per kind of draft: a prior for the kind (a model drafter usually
+  agrees, a lookup often does not), updated by the judgements of the last 16 rounds, and per
+  position by that position's own judgements of the last 32 rounds. The windows count rounds, so
+  the estimate turns over within a few dozen rounds when the drafter starts (or stops) agreeing.
+  A free draft (lookup, history) pruned away unverified is judged all the same, against the tokens
+  its round emitted: a lookup that starts being right (a reply that begins copying a passage) is
+  seen within a round or two, where an unverified kind would wait for a probe's budget. Lookup
+  drafts are learned by the length of their match (lookup_key), which reaches back up to 32
+  tokens, so a long copy is learned apart from a chance match of five.
+- Leaving plain decoding needs a 2% margin (do not draft for a tie); among draft lengths the best
+  one wins outright.
+- Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious: a fresh key is
+  as sure as its parent, and a draft's length grows with the runs its key has kept (CAUTIOUS).
+While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
+cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
+tried at once if that look costs at most a plain round; a free draft judged unverified counts as
+one); a probe that is fully accepted is followed straight away by another, so a drafter that
+starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog
+only beyond 2% of a plain round per token read: where reading is that cheap, keeping the drafter
+in step is a standing price that lets it come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
+
+from engine.drafting.costs import CostModel, RoundOutcome
+from engine.drafting.draft_choice import AUTO_TEXT, DraftKind, DraftLength
+from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
+
+#: Draft length of a probe (drafting is off, is it worth turning back on?): the cheapest look.
+PROBE_K = 1
+#: A model drafter nothing has judged yet looks before it drafts (DraftRequest.look): it reads its
+#: backlog once LOOK_TOKENS of the reply are in it, and its own predictions of the last LOOK_MAX of
+#: them, judged against the target's tokens, count as a draft of LOOK_WINDOW tokens from each of those
+#: positions. Replayed on this Xeon's costs (drafter step 15-20 ms): Auto 1.22x -> 1.42x of plain over
+#: the bench's traces, the worst category 0.89x -> 0.94x; 4 or 8 tokens, or drafts from every fourth
+#: position only, did worse in one category or another (one wrong first token counted as a whole
+#: rejected draft, and the model stayed off). It looks after 12 tokens, not 6: judged on 6, a drafter
+#: right at a translation's easy first words was priced as right everywhere and drafted 11 (replayed on
+#: 28 everyday prompts, resources/bench/everyday_traces.jsonl: translations at 0.67-0.69x), and a reply
+#: of a few words paid for the whole read. Over those and the bench's traces (41, this Xeon's costs)
+#: Auto / plain 1.124 -> 1.162, replies below 0.95x 15 -> 4, the worst 0.67 -> 0.84; the bench's alone
+#: 1.516 -> 1.515. 16 did about as well here (1.173) but cost the Zen 5 fast copy's profile more
+#: (tests/engine/drafting/test_replay.py: 1.309 -> 1.289 against 1.304 at 12): an explanation its drafter got right from
+#: the first token waits longer.
+LOOK_TOKENS, LOOK_MAX, LOOK_WINDOW = 12, 16, 4
+#: Judged by a look alone, a model drafter whose best draft beats plain decoding by less than LOOK_CLEAR is
+#: judged again: the reply goes on plainly, and once LOOK_AGAIN more of its tokens are in, the drafter reads
+#: them and its predictions of them are judged like the first look's (LOOKS looks in a reply at most). A
+#: reply's first words are not always like the rest: a translation's drafter, right on 9 of its first 12
+#: tokens, drafted 4 and kept 1, then 0, in each of six live runs (0.88-0.90x of plain; it is right on 14 of
+#: the next 26); looking again, 0.92-0.93x, the model never drafting. Replayed on three recorded runs' traces
+#: with their blocks 7% cheaper or dearer and the drafter's step 5-15% cheaper (the spread live runs show):
+#: replies below 0.95x of plain 72 -> 47 of 585, the worst 0.86 -> 0.92, geometric means unchanged; on the 28
+#: everyday prompts so perturbed 123 -> 118 of 420; unperturbed, every recorded set within 0.4%. A third look
+#: made a drafter right on 22 of an explanation's first 28 tokens draft on, at 60%, for seven rounds.
+LOOK_CLEAR, LOOK_AGAIN, LOOKS = 1.2, 8, 2
+#: Share of decoding time that probing may cost while drafting is off.
+PROBE_BUDGET = 0.015
+#: A model drafter's backlog read is charged to a probe beyond this share of a plain round per
+#: token read: below it (a GPU, Apple silicon) keeping the drafter in step is a small standing
+#: price, paid whenever it drafts again, and charging it all to one probe would keep it off for good.
+BACKLOG_ALLOWANCE = 0.02
+#: Tokens of a reply ahead that must repay reading a model drafter's backlog before it drafts (fewer
+#: when max_tokens leaves fewer): about a short answer, so a long prompt is read only when it pays soon.
+REPLY_HORIZON = 256
+#: Margin a draft must win by over plain decoding.
+MARGIN = 1.02
+#: Prior acceptance of a kind of draft, as a Beta (mean, worth this many judgements): a model
+#: drafter of the target's family usually agrees, a lookup is a guess. The weight fades as the
+#: kind's own rounds pass (halved after POOLED_ROUNDS), down to PRIOR_FLOOR.
+PRIORS = {DraftKind.MODEL: (0.8, 5.0), DraftKind.LOOKUP: (0.5, 2.0), DraftKind.HISTORY: (0.5, 2.0)}
+PRIOR_FLOOR = 2.0
+#: Rounds whose judgements the pooled estimate keeps; rounds a position's own judgements are kept.
+POOLED_ROUNDS, OWN_ROUNDS = 16, 32
+#: How many judgements the pooled estimate is worth against a position's own.
+OWN_WEIGHT = 8.0
+#: Where a long draft wholly rejected costs many plain steps (verifying k_max + 1 tokens costs more than
+#: CAUTIOUS x one token: CPUs, 6x here; not GPUs or Apple silicon, 1.3-2.4x), Auto is cautious. On a
+#: 2-core Zen 5, three fresh lookup match lengths each verified 15 tokens of a document the reply had
+#: stopped quoting, on a prior's long tail, and made Auto 0.65x of plain decoding; after five one-token
+#: probes kept, the model drafter drafted 15 (replayed: translation at 0.81x). So there
+#: - a fresh key starts from its parent's posterior, as sure as up to PARENT_WEIGHT of its judgements
+#:   (not from the parent's mean at the prior's weight of 2), and
+#: - a draft is at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS rounds +
+#:   REACH_STEP tokens (REACH_START before any; longer while a wholly rejected draft still costs at
+#:   most one plain step more): 4, 11, 16 over rounds that kept everything.
+CAUTIOUS = 3.0
+PARENT_WEIGHT = 16.0
+REACH_GROWTH, REACH_STEP, REACH_START = 2, 3, 4
+
+
+def expected_remaining(remaining: int | None, so_far: int) -> int:
+    """The tokens a reply that has run `so_far` is expected to go on for, within what its limit leaves
+    (`remaining`): about as many again (a reply's length has a long tail: the longer it has run, the longer
+    it runs on), at least LOOK_TOKENS, at most REPLY_HORIZON. Whether reading the prompt into a model
+    drafter pays is judged over these, not over all the limit leaves (a translation of 38 tokens read its
+    prompt after 12 for the 84 a limit of 96 left, and drafted nothing). Replayed on this Xeon's costs
+    (tests/engine/drafting/test_replay.py: 41 replies, the limit as the live loop has it): Auto / plain 1.143 -> 1.149,
+    translations 0.926 -> 0.935, summaries 1.365 -> 1.426; the Zen 5 fast copy's worst 0.884 -> 0.984."""
+    expected = min(REPLY_HORIZON, max(so_far, LOOK_TOKENS))
+    return expected if remaining is None else min(remaining, expected)
+
+
+def look_windows(agree: list[bool], key: DraftKey | None = None) -> tuple[tuple[DraftKey, int, int], ...]:
+    """A look's judgements (DraftRequest.look), one per position: (key, tokens judged, of those kept from the
+    first), as a draft of up to LOOK_WINDOW tokens from there would have been kept."""
+    out = []
+    for i in range(len(agree)):
+        w = agree[i : i + LOOK_WINDOW]
+        out.append((key or MODEL_KEY, len(w), next((j for j, a in enumerate(w) if not a), len(w))))
+    return tuple(out)
+
+
+class DraftPolicy(ABC):
+    """Decides how much to draft (before proposing) and how much of a draft to verify (after)."""
+
+    label: str = ""
+    rounds_seen: int = 0
+    """Rounds this policy has learned from (only AutoK learns; the others stay at 0): a reply's Auto starts at
+    0 and a continuation's goes on from its reply's (ReplyAuto)."""
+
+    @abstractmethod
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
+        """What to ask of the drafter, at most `limit` tokens; `behind`: tokens a model drafter
+        would have to read before drafting; `remaining`: tokens the reply may still emit; `judgeable`:
+        of the tokens behind, the reply's own ones a look could judge (DraftRequest.look)."""
+
+    def prune(self, key: DraftKey, proposed: int) -> int:
+        """How many of `proposed` draft tokens of kind `key` to verify."""
+        return proposed
+
+    def observe(self, outcome: RoundOutcome) -> None:
+        """Learn from a finished round."""
+
+    @property
+    def drafts(self) -> bool:
+        """Whether this policy ever asks for a draft (a drafter need not read the prompt otherwise)."""
+        return True
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether the drafter reads the prompt with the target's prefill."""
+        return self.drafts
+
+
+class NoDraft(DraftPolicy):
+    label = "none"
+
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
+        return DraftRequest()
+
+    @property
+    def drafts(self) -> bool:
+        return False
+
+
+class FixedK(DraftPolicy):
+    """The user's k, exactly as asked (capped by what fits)."""
+
+    def __init__(self, k: int) -> None:
+        if k < 0:
+            raise ValueError("draft length must be 0 or more")
+        self.k = k
+        self.label = f"fixed k={k}"
+
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
+        k = max(0, min(self.k, limit))
+        return DraftRequest(k, k)
+
+    @property
+    def drafts(self) -> bool:
+        return self.k > 0
+
+
+class Acceptance:
+    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
+
+    def __init__(self, k_max: int, prior: tuple[float, float] = PRIORS[DraftKind.MODEL],
+                 parent: "Acceptance | None" = None, inherit: float = 0.0) -> None:
+        self.prior = prior
+        self.inherit = inherit
+        """Judgements of the parent's a fresh key is worth at most (0: only the parent's mean, at the prior's weight)."""
+        # Lookup drafts are learned per match length (and confidence), which would make every key
+        # start from scratch: each starts from what the coarser key did instead (its parent).
+        self.parent = parent
+        self.rounds = 0
+        self.at: list[deque[tuple[int, int]]] = [deque() for _ in range(k_max)]
+        """Per position: (round, 1 kept / 0 rejected) of the last OWN_ROUNDS rounds."""
+        self.pooled: deque[int] = deque()
+        """Every judgement of the last POOLED_ROUNDS rounds, oldest first."""
+        self._judged: deque[int] = deque()  # judgements per round, to drop a whole round from `pooled`
+        self._runs: deque[tuple[int, int]] = deque()  # (round, tokens accepted) of the last OWN_ROUNDS rounds
+        # Running sums of the windows: Auto decides every round, for every k.
+        self._kept_at = [0] * k_max
+        self._kept = 0
+
+    def beta(self) -> tuple[float, float]:
+        """The pooled posterior: the prior (or the parent's mean) plus recent judgements."""
+        mean, weight = self.prior
+        # The prior stands in for a fresh drafter; in a steady window it would only bias.
+        weight = max(PRIOR_FLOOR, weight * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
+        if self.parent is not None:
+            pa, pb = self.parent.beta()
+            mean = pa / (pa + pb)
+            # A fresh key is as sure as its parent (up to `inherit` judgements), not as unsure as a prior.
+            weight = max(weight, min(pa + pb, self.inherit) * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
+        return mean * weight + self._kept, (1 - mean) * weight + len(self.pooled) - self._kept
+
+    def mean(self) -> float:
+        a, b = self.beta()
+        return a / (a + b)
+
+    def values(self, k: int) -> list[float]:
+        """a_0 .. a_{k-1}. With the acceptance p only known as Beta(a, b), j tokens kept in a row
+        make the next one likelier: a_j = (a + j) / (a + b + j). So while the estimate is uncertain
+        longer drafts are worth more, and they are what teaches about later positions. A position
+        with judgements of its own moves towards them."""
+        a, b = self.beta()
+        out = []
+        for j in range(k):
+            curve = (a + j) / (a + b + j)
+            out.append((self._kept_at[j] + OWN_WEIGHT * curve) / (len(self.at[j]) + OWN_WEIGHT))
+        return out
+
+    def value(self, j: int) -> float:
+        return self.values(j + 1)[j]
+
+    def reach(self) -> int:
+        """The longest draft worth verifying of this kind now (REACH_GROWTH): from its own recent runs,
+        else from its parent's, else REACH_START."""
+        if self._runs:
+            return REACH_GROWTH * max(a for _, a in self._runs) + REACH_STEP
+        return self.parent.reach() if self.parent is not None else REACH_START
+
+    def expected_tokens(self, k: int, perfect: bool = False) -> float:
+        total, run = 1.0, 1.0
+        for a in [1.0] * k if perfect else self.values(k):
+            run *= a
+            total += run
+        return total
+
+    def observe(self, verified: int, accepted: int) -> None:
+        if self.parent is not None:
+            self.parent.observe(verified, accepted)
+        self.rounds += 1
+        # Position j is judged only when all before it were accepted.
+        judged = min(verified, accepted + 1, len(self.at))
+        for j in range(judged):
+            ok = 1 if j < accepted else 0
+            self.at[j].append((self.rounds, ok))
+            self._kept_at[j] += ok
+            self.pooled.append(ok)
+            self._kept += ok
+        self._judged.append(judged)
+        self._runs.append((self.rounds, accepted))
+        while self._runs[0][0] <= self.rounds - OWN_ROUNDS:
+            self._runs.popleft()
+        if len(self._judged) > POOLED_ROUNDS:
+            for _ in range(self._judged.popleft()):
+                self._kept -= self.pooled.popleft()
+        for j, seen in enumerate(self.at):
+            while seen and seen[0][0] <= self.rounds - OWN_ROUNDS:
+                self._kept_at[j] -= seen.popleft()[1]
+
+
+class _Probe:
+    """While drafting of one kind is off: when to try it again."""
+
+    def __init__(self) -> None:
+        # Decoding time since drafting of this kind last ran (or was judged): a kind never tried is
+        # due at once when its look costs at most a plain round (it teaches the most, and a short
+        # reply cannot wait for the budget).
+        self.idle_s = math.inf
+        self.again = False  # the last probe was fully accepted: look again at once
+
+    def due(self, net_cost: float, first_look: float = math.inf) -> bool:
+        if self.idle_s == math.inf and net_cost > first_look:
+            # A first look dearer than `first_look` (a plain round) earns its budget like any other:
+            # on a CPU, reading a long prompt into the drafter costs seconds (measured: 0.84x).
+            self.idle_s = 0.0
+        return self.again or net_cost <= PROBE_BUDGET * self.idle_s
+
+
+class AutoK(DraftPolicy):
+    """Maximise expected tokens per second from measured costs (see the module docstring)."""
+
+    label = AUTO_TEXT
+
+    def __init__(self, costs: CostModel, k_max: int = 16, drafter_is_model: bool = True) -> None:
+        self.costs = costs
+        self.k_max = k_max
+        self.drafter_is_model = drafter_is_model
+        self.tables: dict[DraftKey, Acceptance] = {}
+        self.probes: dict[DraftKind, _Probe] = {}
+        """Per kind, not per key: a kind's match lengths and buckets share one probe budget."""
+        self._probing: set[DraftKey] = set()
+        self.rounds_seen = 0
+        self._looks = 0  # looks at the model drafter so far (DraftRequest.look)
+        self._model_drafted = False  # whether the model drafter has drafted yet
+
+    def table(self, key: DraftKey) -> Acceptance:
+        if key not in self.tables:
+            parent = self.table(key.parent) if key.parent is not None else None
+            self.tables[key] = Acceptance(self.k_max, PRIORS.get(key.kind, PRIORS[DraftKind.LOOKUP]), parent,
+                                          inherit=PARENT_WEIGHT if self.cautious() else 0.0)
+        return self.tables[key]
+
+    # -- the model -----------------------------------------------------------
+    def round_cost(self, k: int, with_draft_cost: bool) -> float | None:
+        v = self.costs.verify_cost(k + 1)
+        if not v:
+            return None
+        return v + self.costs.round_overhead(k) + (self.costs.draft_cost(k) if with_draft_cost else 0.0)
+
+    def rates(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> list[float]:
+        """Expected tokens per second for k = 0 .. limit (0 where nothing is measured)."""
+        n = max(0, min(limit, self.k_max))
+        acc = [1.0] * n if perfect else self.table(key).values(n)
+        out, tokens, run = [], 1.0, 1.0
+        for k in range(n + 1):
+            if k:
+                run *= acc[k - 1]
+                tokens += run
+            cost = self.round_cost(k, with_draft_cost)
+            out.append(tokens / cost if cost else 0.0)
+        return out
+
+    def rate(self, key: DraftKey, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
+        cost = self.round_cost(k, with_draft_cost)
+        return self.table(key).expected_tokens(k, perfect) / cost if cost else 0.0
+
+    def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
+        """The fastest k, or 0 unless it beats plain decoding by the margin."""
+        rates = self.rates(key, limit, with_draft_cost, perfect)
+        best = max(range(len(rates)), key=lambda k: (rates[k], -k))  # a tie goes to the shorter draft
+        return best if best and rates[best] > rates[0] * MARGIN else 0
+
+    def _probe_net_cost(self, key: DraftKey, k: int, behind: int, with_draft_cost: bool,
+                        remaining: int | None = None) -> float:
+        """What a probe of k tokens costs over a plain round, less what it is expected to save."""
+        plain = self.round_cost(0, with_draft_cost) or 0.0
+        cost = (self.round_cost(k, with_draft_cost) or 0.0) - plain
+        if with_draft_cost and behind > 1:
+            cost += self._backlog_price(behind - 1, remaining)
+        gain = (self.table(key).expected_tokens(k) - 1.0) * plain
+        return max(0.0, cost - gain)
+
+    def _backlog_price(self, n: int, remaining: int | None = None) -> float:
+        """The part of reading n unseen tokens that a probe is charged (see BACKLOG_ALLOWANCE): the
+        allowance is a standing price spread over the tokens to come, so it covers at most the tokens
+        the reply may still emit (`remaining`, at most REPLY_HORIZON). Uncapped, a 3,000-token attached
+        document read into the drafter for a 1-token probe at a reply's start was charged next to
+        nothing where reads cost 2.7% of a plain round a token: 5.8 s of a 12-s reply, 0.47x of plain
+        decoding (a Xeon with AMX)."""
+        horizon = REPLY_HORIZON if remaining is None else min(max(0, remaining), REPLY_HORIZON)
+        covered = min(n, horizon)
+        allowance = BACKLOG_ALLOWANCE * covered * (self.round_cost(0, True) or 0.0)
+        return max(0.0, self.costs.catchup_cost(n) - allowance)
+
+    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None) -> bool:
+        """Whether drafting k a round saves, over the reply's next tokens, all that reading the backlog costs.
+        The whole read, not a probe's share of it (_backlog_price): this read is paid now, for a saving
+        that only comes if the drafter goes on drafting. Priced at a probe's share, a translation's prompt
+        read into the drafter on a CPU cost more than the reply's drafts saved (replayed on the fast
+        copy's costs: 0.86x of plain; 0.98x priced whole)."""
+        if behind <= 1:
+            return True
+        rates = self.rates(key, k, True)
+        saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
+        horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
+        return saving * horizon >= self.costs.catchup_cost(behind - 1)
+
+    def cautious(self) -> bool:
+        """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""
+        v1, v_max = self.costs.verify_cost(1), self.costs.verify_cost(self.k_max + 1)
+        return not v1 or not v_max or v_max > CAUTIOUS * v1
+
+    def _reach(self, key: DraftKey, limit: int) -> int:
+        """The longest draft worth asking for now: Acceptance.reach where Auto is cautious, or longer while
+        even a wholly rejected draft costs at most one plain step more."""
+        if not self.cautious():
+            return limit
+        reach = min(limit, self.table(key).reach())
+        v1 = self.costs.verify_cost(1) or 0.0
+        while reach < limit and (self.costs.verify_cost(reach + 2) or math.inf) <= 2 * v1:
+            reach += 1
+        return reach
+
+    def _decide(self, key: DraftKey, limit: int, with_draft_cost: bool, behind: int = 0,
+                remaining: int | None = None) -> int:
+        if limit <= 0 or self.costs.verify_cost(1) is None:
+            return 0  # nothing measured yet: plain decoding first, everything is priced against it
+        k = self.best_k(key, self._reach(key, limit), with_draft_cost)
+        probe = self.probes.setdefault(key.kind, _Probe())
+        if k > 0 and (not with_draft_cost or self._repays_backlog(key, k, behind, remaining)):
+            return k
+        probe_k = min(limit, PROBE_K)
+        if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
+            return 0  # even a perfect drafter could not win here
+        # A first look at a model drafter reads its backlog (the whole prompt): at once only when that
+        # costs at most a plain round. A lookup has no backlog: its first look is at once.
+        first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else math.inf
+        if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost, remaining), first_look=first_look):
+            self._probing.add(key)
+            return probe_k
+        return 0
+
+    # -- the policy ----------------------------------------------------------
+    @property
+    def reads_prompt(self) -> bool:
+        return False  # the first round decides whether reading it pays, and prices it (_repays_backlog)
+
+    def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
+        if behind - 1 > judgeable:  # the prompt is unread: judgeable is the whole reply so far
+            remaining = expected_remaining(remaining, judgeable)
+        model_k = (self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind, remaining=remaining)
+                   if self.drafter_is_model else 0)
+        lookup_k = min(limit, self.k_max)
+        if model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable and self.cautious():
+            # Nothing judged the model yet, it must read the prompt anyway, and a rejected draft costs plain
+            # rounds here (a CPU): a look, not a draft on the prior. Where blocks cost next to one token (a
+            # GPU) the prior's draft loses little and wins at once: replayed, looks cost 5% there.
+            if judgeable >= LOOK_TOKENS:
+                return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
+            model_k = 0  # until the reply has tokens to judge
+        elif model_k and self._unsure_after_looks(model_k):
+            if judgeable >= LOOK_AGAIN:
+                return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
+            model_k = 0  # until the reply has tokens to judge again
+        return DraftRequest(model_k, lookup_k)
+
+    def _unsure_after_looks(self, k: int) -> bool:
+        """Whether a model draft of k, judged by looks alone, wins by too little to be paid for before
+        another look (LOOK_CLEAR; only where a rejected draft costs plain rounds: cautious)."""
+        if self._model_drafted or not 0 < self._looks < LOOKS or not self.cautious():
+            return False
+        rates = self.rates(MODEL_KEY, k, True)
+        return rates[k] < rates[0] * LOOK_CLEAR
+
+    def prune(self, key: DraftKey, proposed: int) -> int:
+        if key.kind is DraftKind.MODEL:
+            return proposed  # k was already chosen for it, drafting cost included
+        return self._decide(key, proposed, with_draft_cost=False)
+
+    def observe(self, o: RoundOutcome) -> None:
+        self.rounds_seen += 1
+        # Time passes for every kind not drafted this round (the probe budget grows with it).
+        spent = o.verify_s + o.draft_s + o.catchup_s + o.overhead_s
+        for kind, probe in self.probes.items():
+            if not (o.drafted and kind is o.key.kind):
+                probe.idle_s += spent
+        self._looks += any(key.kind is DraftKind.MODEL for key, _, _ in o.aside)  # a look's judgements
+        for key, judged, kept in o.aside:
+            if judged:  # as good as a probe of that kind, at no cost: its budget starts again
+                self.table(key).observe(judged, kept)
+                probe = self.probes.setdefault(key.kind, _Probe())
+                probe.idle_s, probe.again = 0.0, False
+        if not o.drafted:
+            return
+        self.table(o.key).observe(o.drafted, o.accepted)
+        self._model_drafted |= o.key.kind is DraftKind.MODEL
+        probe = self.probes.setdefault(o.key.kind, _Probe())
+        was_probe = o.key in self._probing
+        self._probing.discard(o.key)
+        probe.idle_s = 0.0
+        probe.again = was_probe and o.accepted == o.drafted
+
+
+class ReplyAuto:
+    """The Auto each reply runs with. What Auto learns about acceptance is its reply's own: a new reply starts
+    from the kinds' priors (on a CPU its model drafter looks before it drafts) and only a continuation of the
+    reply Auto last ran (Continue: the same prompt, the reply so far after it) goes on from what that learned.
+    Carried from reply to reply, as it was, the last reply's kind decided the next one's start: replayed over
+    every ordered pair of the bench's 13 replies on the Xeon's costs (tests/engine/drafting/test_replay.py), the second reply
+    ran 1.44x of plain, a translation after code writing 0.47x (it drafted 11-16 tokens on the code's runs),
+    code writing after a translation about 1.1x (the drafter left off); afresh 1.55x, the worst 0.93x."""
+
+    def __init__(self) -> None:
+        self._last: tuple[object, tuple[int, ...], AutoK] | None = None  # (drafter, prompt, its Auto)
+
+    def for_reply(self, costs: CostModel, drafter_is_model: bool, drafter: object, prompt: Sequence[int],
+                  continues: bool = False) -> AutoK:
+        """`drafter`: what drafts (compared by equality); `prompt`: the tokens the reply starts after (a
+        continuation's too, without the reply so far); `continues`: the reply so far is part of the context."""
+        last = self._last
+        if continues and last is not None and last[0] == drafter and last[2].costs is costs and last[1] == tuple(prompt):
+            return last[2]
+        auto = AutoK(costs, drafter_is_model=drafter_is_model)
+        self._last = (drafter, tuple(prompt), auto)
+        return auto
+
+    def forget(self) -> None:
+        self._last = None
+
+
+def make_policy(draft_max: DraftLength, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
+    """The policy for a request's draft length: Auto, k=0 (plain) or a fixed k."""
+    if draft_max.is_auto:
+        return AutoK(costs, drafter_is_model=drafter_is_model)
+    return NoDraft() if draft_max.k == 0 else FixedK(draft_max.k)
