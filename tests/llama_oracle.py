@@ -123,3 +123,34 @@ def assert_same(row: Row, ours: tuple, ref: tuple, params: tuple, slack: float, 
     pa[ours[0]], pb[ref[0]] = ours[1], ref[1]
     both = kept_a & kept_b
     np.testing.assert_allclose(pa[both] / pa[both].sum(), pb[both] / pb[both].sum(), rtol=rtol, atol=1e-6, err_msg=where)
+
+
+def greedy_chain(oracle, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """A model's greedy continuation of `prompt`, one plain decode a token, stopping at nothing but a full
+    context, and each token's softmax probability (float64). `oracle`: an engine LlamaModel (cleared before
+    and after) or a model file's path (opened with one thread, closed after)."""
+    from engine.llama.backend import LlamaModel
+    from engine.llama.types import LoadSettings, Logits
+
+    owned = not isinstance(oracle, LlamaModel)
+    model = LlamaModel(oracle, LoadSettings(n_ctx=256, n_threads=1, n_threads_batch=1)) if owned else oracle
+    try:
+        model.clear()
+        row, tokens, probs = model.decode(prompt, Logits.LAST)[0], [], []
+        for _ in range(n):
+            x = row.astype(np.float64)
+            tokens.append(int(np.argmax(x)))
+            probs.append(float(1.0 / np.exp(x - x.max()).sum()))
+            if len(model.kv) == model.n_ctx:
+                break
+            row = model.decode(tokens[-1:], Logits.LAST)[0]
+        model.clear()
+        return tokens, probs
+    finally:
+        if owned:
+            model.close()
+
+
+def argmax_chain(oracle, prompt: list[int], n: int) -> list[int]:
+    """The tokens of greedy_chain."""
+    return greedy_chain(oracle, prompt, n)[0]

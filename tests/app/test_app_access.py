@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_app_support import install_tiny, open_window, send
+from app_support import install_tiny, open_window, send
 
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import (

@@ -19,7 +19,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog  # noqa: E402
 from test_app_history_drafts import CHATML_PROMPT, model_facts, ngram_counts, status_until  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, install_tiny, open_window  # noqa: E402
 
 from app.chat.input_box import IMAGE_REFUSED  # noqa: E402
 from app.history.records import Role  # noqa: E402
@@ -252,7 +252,7 @@ def test_an_unanswered_question_with_a_file_is_retried_with_its_file(qtbot, tiny
     sent = requests(w)
     from app.chat.actions import MessageAction
     from app.chat.app_links import LinkKind, href
-    from test_app_chat_view import click_link
+    from chat_view_support import click_link
 
     qtbot.waitUntil(lambda: any(m.id == q.id for m in w.chat.messages), timeout=5000)
     with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):

@@ -8,7 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import threading  # noqa: E402
 
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
+from app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
                               marks, open_window, terminated_cleanly)
 
 from app.control.controller import engine_threads_running  # noqa: E402

@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
+from app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
                               open_window, send)
 
 from engine.decoding.events import DoneEvent, FinishReason  # noqa: E402

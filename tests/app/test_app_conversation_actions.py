@@ -17,8 +17,8 @@ import sqlite3  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
-from test_app_chat_view import anchor_position, click_link  # noqa: E402
-from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
+from chat_view_support import anchor_position, click_link  # noqa: E402
+from app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
                               open_window, send)
 
 from app.chat.actions import MessageAction  # noqa: E402

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from test_app_keyboard import in_dialog  # noqa: E402
-from test_app_support import LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from app_support import LOAD_TIMEOUT_MS, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from engine.llama import cpu_weights  # noqa: E402
 from engine.drafting.draft_choice import DraftSpec  # noqa: E402

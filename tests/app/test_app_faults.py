@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send, write_old_history  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, SCHEMA_1, install_tiny, open_window, send, write_old_history  # noqa: E402
 
 from app.history.database import SCHEMA_VERSION, StoreMode, database_path  # noqa: E402
 from app.history.records import Role  # noqa: E402
@@ -329,7 +329,7 @@ def test_a_history_file_without_write_permission_is_shown_read_only_and_left_unt
 def test_a_batch_refused_while_another_program_writes_is_saved_with_the_next_one(qtbot, tiny, isolated_home, holders):
     """A second process holds the database mid-reply: the reply's batches then fail for a while; the
     stored reply must still be whole (it once had a hole there), and the notice must tell the truth."""
-    from test_app_support import hold_after_first_token
+    from app_support import hold_after_first_token
 
     install_tiny(tiny, isolated_home, max_tokens=60)
     from app.window import MainWindow

@@ -13,7 +13,7 @@ from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, send  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, send  # noqa: E402
 
 from app.control.tasks import TaskState  # noqa: E402
 from engine.drafting.draft_choice import DraftSpec  # noqa: E402

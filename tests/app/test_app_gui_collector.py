@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from PySide6.QtWidgets import QLabel
 
 from app.control.controller import engine_threads_running
-from tests.test_app_support import install_tiny, open_window, send
+from app_support import install_tiny, open_window, send
 
 
 class _Cycle:

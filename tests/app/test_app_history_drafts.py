@@ -17,7 +17,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
-from test_app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from app_support import PROMPT, REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from app.core.settings import AppSettings, load_settings  # noqa: E402
 from app.history.store import database_path  # noqa: E402

@@ -14,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QPoint, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QKeySequence  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMenu  # noqa: E402
-from test_app_support import (REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window,  # noqa: E402
+from app_support import (REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window,  # noqa: E402
                               send)
 
 from app.core.settings import load_settings  # noqa: E402

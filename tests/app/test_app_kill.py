@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from test_app_support import install_tiny
+from app_support import install_tiny
 
 from app.history.records import Role
 from app.history.store import ChatStore, database_path

@@ -7,7 +7,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from test_app_support import LOAD_TIMEOUT_MS, install_tiny  # noqa: E402
+from app_support import LOAD_TIMEOUT_MS, install_tiny  # noqa: E402
 
 MEASURING = "Measuring this machine's speed…"
 MODELS_LISTED = "(the model folder was read)"

@@ -9,7 +9,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
-from test_app_chat_view import make_view, reply, stats, user  # noqa: E402
+from chat_view_support import make_view, reply, stats, user  # noqa: E402
 
 from app.chat.markdown_spans import Kind, parse  # noqa: E402
 from engine.decoding.events import FinishReason  # noqa: E402

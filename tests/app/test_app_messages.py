@@ -15,7 +15,7 @@ import sqlite3  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
-from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
+from app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny,  # noqa: E402
                               open_window, send, write_old_history)
 
 from app.chat.actions import MessageAction  # noqa: E402

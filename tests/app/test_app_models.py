@@ -7,7 +7,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import shutil  # noqa: E402
 
-from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from engine.drafting.draft_choice import DraftLength, DraftSpec  # noqa: E402
 from app.control.tasks import TaskState  # noqa: E402

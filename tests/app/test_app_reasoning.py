@@ -20,7 +20,7 @@ import tiny_models  # noqa: E402
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QFont, QTextCursor, QTextFormat  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, install_tiny, open_window, send  # noqa: E402
 
 from app.core.theme import LIGHT_COLOURS, Mark  # noqa: E402
 from engine.decoding.events import FinishReason, TokenEvent  # noqa: E402
@@ -223,7 +223,7 @@ THOUGHT_PIECES = st.sampled_from(["- ", "1. ", "> ", "\n", "\n\n", "```", "```py
        st.integers(-1, 30), st.booleans())
 def test_a_streaming_reply_that_thinks_ends_as_a_fresh_render_whatever_its_chunks(qtbot, thinking, answer, cuts,
                                                                                    open_at, opened_by_template):
-    from test_app_chat_view import make_view, reply, stats, user
+    from chat_view_support import make_view, reply, stats, user
 
     head = "" if opened_by_template else "<think>\n"
     text = head + "".join(thinking) + "\n</think>\n\n" + "".join(answer)

@@ -9,8 +9,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_chat_view import anchor_position, click_link  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window, send  # noqa: E402
+from chat_view_support import anchor_position, click_link  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window, send  # noqa: E402
 
 from app.chat.actions import MessageAction  # noqa: E402
 from app.chat.app_links import LinkKind, href as app_href  # noqa: E402

@@ -13,7 +13,7 @@ from app.history.reply_stats import ReplyStats, pace, verdict
 from app.core.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.history.store import ChatStore, database_path
 from app.core.theme import Theme
-from test_app_support import SCHEMA_1, write_old_history
+from app_support import SCHEMA_1, write_old_history
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, Session
 from engine.llama.types import LoadSettings

@@ -14,7 +14,7 @@ from app.core.theme import Mark  # noqa: E402
 from app.history.records import UNREADABLE, Role, round_from_dict  # noqa: E402
 from app.history.store import ChatStore  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource  # noqa: E402
-from test_app_chat_view import (PIECES, SHOWN, TEXT, make_view, merged, rounds_for, stats,  # noqa: E402
+from chat_view_support import (PIECES, SHOWN, TEXT, make_view, merged, rounds_for, stats,  # noqa: E402
                                 tokens_of)
 
 A, C, B, T = TokenSource.ACCEPTED, TokenSource.CORRECTION, TokenSource.BONUS, TokenSource.TARGET

@@ -13,7 +13,7 @@ import re
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from test_app_support import install_tiny, open_window, send  # noqa: E402
+from app_support import install_tiny, open_window, send  # noqa: E402
 
 from app.chat.message_labels import footer  # noqa: E402
 from app.history.reply_stats import ReplyStats  # noqa: E402

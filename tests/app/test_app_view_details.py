@@ -15,8 +15,8 @@ from PySide6.QtCore import QEvent, QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QHelpEvent, QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionButton, QToolTip  # noqa: E402
 from test_app_access import contrast  # noqa: E402
-from test_app_chat_view import make_view, tokens_of, user  # noqa: E402
-from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, activate, hold_after_first_token, install_tiny,  # noqa: E402
+from chat_view_support import make_view, tokens_of, user  # noqa: E402
+from app_support import (PROMPT, REPLY_TIMEOUT_MS, activate, hold_after_first_token, install_tiny,  # noqa: E402
                               open_window, send)
 
 import tiny_models  # noqa: E402

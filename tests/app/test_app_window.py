@@ -10,7 +10,7 @@ import threading  # noqa: E402
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QFont, QTextCharFormat, QTextCursor  # noqa: E402
-from test_app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
+from app_support import (PROMPT, REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, marks,  # noqa: E402
                               open_window, send)
 
 from app.history.store import database_path  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import QObject, Qt, QThread, Signal  # noqa: E402
-from test_app_support import install_tiny  # noqa: E402
+from app_support import install_tiny  # noqa: E402
 
 from app.core.engine_thread.worker import EngineWorker, LoadRequest  # noqa: E402
 from engine.llama.backend import LlamaModel  # noqa: E402
@@ -21,6 +21,7 @@ from engine.llama.types import LoadSettings, Logits
 from engine.drafting.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.session import Session  # noqa: E402
 from engine.errors import LoadCancelled  # noqa: E402
+from process_memory import rss_mb  # noqa: E402
 
 
 def open_fds() -> set[str]:
@@ -36,13 +37,6 @@ def open_fds() -> set[str]:
 
 def mapped(path: Path) -> bool:
     return str(path.resolve()) in Path("/proc/self/maps").read_text()
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 def cancel_at(fraction: float, cancel: threading.Event, seen: list[float]):

@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from test_app_support import install_tiny, open_window, send  # noqa: E402
+from app_support import install_tiny, open_window, send  # noqa: E402
 
 from engine.drafting.draft_choice import DraftSpec  # noqa: E402
 from engine.drafting.lookup import LookupDrafter  # noqa: E402

@@ -16,7 +16,7 @@ import threading  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import QObject, Qt, Slot  # noqa: E402
-from test_app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
+from app_support import (LOAD_TIMEOUT_MS, PROMPT, REPLY_TIMEOUT_MS, fault_app, install_tiny,  # noqa: E402
                                open_window, terminated_cleanly)
 
 from engine.drafting.model import ModelDrafter  # noqa: E402

@@ -30,7 +30,7 @@ from engine.decoding.events import (
     TokenSource,
     with_totals,
 )
-from test_app_chat_view import stats  # noqa: E402
+from chat_view_support import stats  # noqa: E402
 
 A, C, T = TokenSource.ACCEPTED, TokenSource.CORRECTION, TokenSource.TARGET
 

@@ -9,33 +9,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 import tiny_models
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
 from engine.drafting.draft_choice import DraftKind
 from engine.llama.backend import LlamaModel
-from engine.llama.types import LoadSettings, Logits
+from engine.llama.types import LoadSettings
 from engine.sampling import SamplingParams
 from engine.decoding.session import GenerationSettings, Session
+from llama_oracle import argmax_chain
 
 ONE_THREAD = LoadSettings(n_ctx=256, n_threads=1, n_threads_batch=1)
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "hello world the"
-
-
-def argmax_chain(path, prompt: list[int], n: int) -> list[int]:
-    """The target's greedy continuation, one token at a time, not stopping at anything."""
-    model = LlamaModel(path, ONE_THREAD)
-    try:
-        row, out = model.decode(prompt, Logits.LAST)[0], []
-        for _ in range(n):
-            out.append(int(np.argmax(row)))
-            row = model.decode(out[-1:], Logits.LAST)[0]
-        return out
-    finally:
-        model.close()
 
 
 def run(session: Session, tokens: list[int], k: int | str, max_tokens: int = 16, sampling=GREEDY) -> list:

@@ -31,6 +31,7 @@ from engine.sampling import Distribution, SamplingParams
 from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled, judged_aside
 from engine.errors import ContextFullError, EngineError
 from test_exactness_greedy import eos_pair, sharp  # noqa: F401 (fixtures: a pair whose target ends its text early)
+from llama_oracle import argmax_chain
 
 ONE_THREAD = LoadSettings(n_ctx=256, n_threads=1, n_threads_batch=1)
 GREEDY = SamplingParams()
@@ -176,18 +177,6 @@ def plain_rows(oracle: LlamaModel, prompt: list[int], tokens: list[int]) -> list
         rows.append(np.array(oracle.decode([t], Logits.LAST)[0], dtype=np.float64))
     oracle.clear()
     return rows
-
-
-def argmax_chain(oracle: LlamaModel, prompt: list[int], n: int) -> list[int]:
-    oracle.clear()
-    row, out = oracle.decode(prompt, Logits.LAST)[0], []
-    for _ in range(n):
-        out.append(int(np.argmax(row)))
-        if len(oracle.kv) == oracle.n_ctx:
-            break
-        row = oracle.decode(out[-1:], Logits.LAST)[0]
-    oracle.clear()
-    return out
 
 
 class RecordingCosts(CostModel):

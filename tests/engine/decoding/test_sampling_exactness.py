@@ -31,16 +31,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+import tiny_models
+from llama_oracle import Row, assert_same, float64_reference, llama_distribution, llama_rtol
 from scipy import stats as sst
 
 import engine.sampling as sampling
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent
+from engine.decoding.session import GenerationSettings, Session
 from engine.llama.backend import LlamaModel
 from engine.llama.types import LoadSettings, Logits
 from engine.sampling import SamplingParams
-from engine.decoding.session import GenerationSettings, Session
-import tiny_models
-from llama_oracle import Row, assert_same, float64_reference, llama_distribution, llama_rtol
 
 ALPHA = 1e-3
 REJECT = 1e-6
@@ -176,16 +176,23 @@ def goodness_of_fit(samples: list[tuple[int, ...]], reference: Reference, positi
     return float(sst.chi2.sf(stat, df)) if df else 1.0, df, len(tested)
 
 
-@pytest.fixture(scope="module")
-def rig(tmp_path_factory):
-    paths = tiny_models.write_set(tmp_path_factory.mktemp("sharp"), tiny_models.SHARP)
-    session = Session(paths["sharp-target"], None, target_load=ONE_THREAD, calibrate=False)
-    greedy = [e for e in session.complete(PROMPT, GenerationSettings(SamplingParams(0.0), 0, 12)) if isinstance(e, DoneEvent)]
-    PROMPTS[LOOKUP] = f"{PROMPT}{greedy[0].text} {PROMPT}"
-    rig = Rig(session, LlamaModel(paths["sharp-target"], ONE_THREAD), str(paths["sharp-drafter"]))
+def sharp_rig(folder):
+    """The sharp tiny pair in `folder`: a session on its target with no drafter yet, and an oracle copy; closed after."""
+    paths = tiny_models.write_set(folder, tiny_models.SHARP)
+    rig = Rig(Session(paths["sharp-target"], None, target_load=ONE_THREAD, calibrate=False),
+              LlamaModel(paths["sharp-target"], ONE_THREAD), str(paths["sharp-drafter"]))
     yield rig
     rig.session.close()
     rig.oracle.close()
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    for rig in sharp_rig(tmp_path_factory.mktemp("sharp")):
+        greedy = [e for e in rig.session.complete(PROMPT, GenerationSettings(SamplingParams(0.0), 0, 12))
+                  if isinstance(e, DoneEvent)]
+        PROMPTS[LOOKUP] = f"{PROMPT}{greedy[0].text} {PROMPT}"
+        yield rig
 
 
 def reference_for(rig: Rig, case: Case) -> Reference:

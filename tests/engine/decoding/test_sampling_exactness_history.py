@@ -27,18 +27,25 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from test_sampling_exactness import (
+    ALPHA,
+    BROKEN_ORIGINALS,
+    PROMPT,
+    REJECT,
+    Case,
+    goodness_of_fit,
+    patched,
+    reference_for,
+    replies,
+    residual_keeping_the_lookup_token,
+    sharp_rig,
+)
 
-import tiny_models
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.session import GenerationSettings, Session
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.history_index import HistoryIndex, vocab_fingerprint
-from engine.llama.backend import LlamaModel
 from engine.sampling import SamplingParams
-from engine.decoding.session import GenerationSettings, Session
-from test_sampling_exactness import (
-    ALPHA, BROKEN_ORIGINALS, ONE_THREAD, PROMPT, REJECT, Case, Rig, goodness_of_fit, patched, reference_for,
-    replies, residual_keeping_the_lookup_token,
-)
 
 #: Times the prompt and greedy reply are counted: confidence (3 + 1) / (3 + 2) = 0.8 on its own.
 GREEDY_ADDED = 3
@@ -54,26 +61,23 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory):
-    paths = tiny_models.write_set(tmp_path_factory.mktemp("sharp-history"), tiny_models.SHARP)
-    session = Session(paths["sharp-target"], None, target_load=ONE_THREAD, calibrate=False)
-    prompt = session.target.tokenize(PROMPT, add_special=True)
+    for rig in sharp_rig(tmp_path_factory.mktemp("sharp-history")):
+        session = rig.session
+        prompt = session.target.tokenize(PROMPT, add_special=True)
 
-    def reply(params: SamplingParams) -> list[int]:
-        events = list(session.generate_tokens(prompt, GenerationSettings(params, 0, 12)))
-        assert isinstance(events[-1], DoneEvent)
-        return [e.token_id for e in events if isinstance(e, TokenEvent)]
+        def reply(params: SamplingParams) -> list[int]:
+            events = list(session.generate_tokens(prompt, GenerationSettings(params, 0, 12)))
+            assert isinstance(events[-1], DoneEvent)
+            return [e.token_id for e in events if isinstance(e, TokenEvent)]
 
-    index = HistoryIndex(vocab_fingerprint(session.target))
-    greedy = reply(SamplingParams(0.0))
-    for _ in range(GREEDY_ADDED):
-        index.add(prompt + greedy)
-    for seed in range(1_000_000, 1_000_000 + SAMPLED):
-        index.add(prompt + reply(SamplingParams(0.6, seed=seed)))
-    session.use_history(index)
-    rig = Rig(session, LlamaModel(paths["sharp-target"], ONE_THREAD), str(paths["sharp-drafter"]))
-    yield rig
-    rig.session.close()
-    rig.oracle.close()
+        index = HistoryIndex(vocab_fingerprint(session.target))
+        greedy = reply(SamplingParams(0.0))
+        for _ in range(GREEDY_ADDED):
+            index.add(prompt + greedy)
+        for seed in range(1_000_000, 1_000_000 + SAMPLED):
+            index.add(prompt + reply(SamplingParams(0.6, seed=seed)))
+        session.use_history(index)
+        yield rig
 
 
 def counting_history_rounds(monkeypatch, session: Session) -> Counter:

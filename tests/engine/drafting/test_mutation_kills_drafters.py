@@ -25,7 +25,7 @@ from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
 from engine.drafting.draft_choice import DraftKind
 from engine.sampling import SamplingParams
 from engine.errors import ContextFullError
-from llama_oracle import Row, assert_same, float64_reference
+from llama_oracle import greedy_chain, Row, assert_same, float64_reference
 
 ONE_THREAD = LoadSettings(n_ctx=256, n_threads=1, n_threads_batch=1)
 GREEDY = SamplingParams()
@@ -58,19 +58,6 @@ def rows_along(oracle: LlamaModel, context: list[int], tokens: list[int]) -> lis
     return rows
 
 
-def argmax_chain(oracle: LlamaModel, context: list[int], k: int) -> tuple[list[int], list[float]]:
-    """The drafter model's greedy continuation and each token's softmax probability (float64)."""
-    oracle.clear()
-    row, tokens, probs = oracle.decode(context, Logits.LAST)[0], [], []
-    for _ in range(k):
-        x = row.astype(np.float64)
-        tokens.append(int(np.argmax(x)))
-        probs.append(float(1.0 / np.exp(x - x.max()).sum()))
-        row = oracle.decode(tokens[-1:], Logits.LAST)[0]
-    oracle.clear()
-    return tokens, probs
-
-
 def within_call(fn):
     """fn()'s result and the wall time around it."""
     t0 = time.perf_counter()
@@ -88,7 +75,7 @@ def test_a_truncated_draft_keeps_the_first_n_per_token_and_the_rest_as_it_was():
 
 # -- the model drafter ----------------------------------------------------------------------------
 def test_a_greedy_draft_is_the_drafter_models_own_argmax_chain(drafter, models):
-    tokens, probs = argmax_chain(models[1], CONTEXT, 5)
+    tokens, probs = greedy_chain(models[1], CONTEXT, 5)
     draft, wall = within_call(lambda: drafter.propose(CONTEXT, DraftRequest(model_k=5), GREEDY, np.random.default_rng(0)))
     assert draft.tokens == tokens and draft.key == MODEL_KEY and draft.asked == 5
     assert draft.q == [None] * 5  # greedy drafts are proposed deterministically
@@ -101,7 +88,7 @@ def test_a_greedy_draft_is_the_drafter_models_own_argmax_chain(drafter, models):
 def test_a_second_draft_after_the_same_context_is_the_same(drafter, models):
     """The drafter has read everything (the context and its own draft): it re-reads the last
     token of the context for its logits, nothing more and nothing less."""
-    tokens, _ = argmax_chain(models[1], CONTEXT, 4)
+    tokens, _ = greedy_chain(models[1], CONTEXT, 4)
     first = drafter.propose(CONTEXT, DraftRequest(model_k=4), GREEDY, np.random.default_rng(0))
     drafter.commit(CONTEXT)
     assert models[0].kv == CONTEXT
@@ -129,7 +116,7 @@ def test_k_zero_asks_nothing_of_the_model(drafter, models):
 
 
 def test_p_min_cuts_a_greedy_draft_at_the_first_token_below_it(drafter, models):
-    tokens, probs = argmax_chain(models[1], CONTEXT, 6)
+    tokens, probs = greedy_chain(models[1], CONTEXT, 6)
     # a cut inside the draft, well away from every probability: the first token below it ends the draft
     below = [p for p in probs[1:] if p < probs[0]]
     assert below, probs
@@ -177,7 +164,7 @@ def test_two_unread_tokens_go_with_the_first_step_and_three_are_a_catch_up(draft
     before = m.passes
     draft, wall = within_call(lambda: drafter.propose(CONTEXT, DraftRequest(model_k=3), GREEDY, np.random.default_rng(0)))
     assert draft.catchup_tokens == 2 and 0.0 < draft.catchup_s <= wall and m.passes - before == 4
-    assert draft.tokens == argmax_chain(models[1], CONTEXT, 3)[0]
+    assert draft.tokens == greedy_chain(models[1], CONTEXT, 3)[0]
 
 
 def test_begin_reads_the_prompt_less_its_last_token_once(drafter, models):
