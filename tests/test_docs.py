@@ -13,7 +13,7 @@ import pytest
 from tree import ROOT
 
 #: Internal session labels ("stop" and a round number), which mean nothing to a reader.
-LABEL = re.compile(r"stops? ?[1-4][0-9]|stop[1-4][0-9]|this stop", re.IGNORECASE)
+LABEL = re.compile(r"stops? ?[1-4][0-9]|stop[1-4][0-9]|this[ ]stop", re.IGNORECASE)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "node_modules", "build", "dist", ".gpu"}
 
