@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tree import ROOT
 
 #: Internal session labels ("stop" and a round number), which mean nothing to a reader.
@@ -76,9 +75,7 @@ def test_every_relative_link_leads_somewhere(doc: Path):
             continue
         file, _, anchor = target.partition("#")
         path = (doc.parent / file).resolve() if file else doc
-        if not path.exists():
-            broken.append(target)
-        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
             broken.append(target)
     assert not broken, broken
 
@@ -100,5 +97,5 @@ def test_no_round_labels_in_any_file_or_path():
 
 def test_the_rooms_in_development_md_are_the_codes():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "rooms.py"), "--check"], cwd=ROOT,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
