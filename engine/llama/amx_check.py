@@ -7,7 +7,7 @@ faster; the drafter's Q4_0 copy a step in 15 ms against 32). But a build of llam
 by GCC 12 crashes there: GCC's amxtileintrin.h tells the compiler that `ldtilecfg` reads 8 bytes of
 its 64-byte config, dead-store elimination drops the stores that fill in the rows and columns, and
 the first tile load faults on stack garbage (SIGSEGV, ggml-org/llama.cpp#20824: "machine-dependent"
-because it is compiler-dependent). The same sources built with `-fno-dse` run (docs/how-it-works.md, *Intel Xeons with AMX*).
+because it is compiler-dependent). The same sources built with `-fno-dse` run (docs/how-it-works.md, AMX).
 
 Which build a person has cannot be told from outside, so the first load of a file by a build with
 AMX kernels tries it in a child process: the file loaded with repacking on and a batch decoded. A
