@@ -2,6 +2,7 @@
 
     python scripts/rooms.py            # a Mermaid graph (GitHub renders it) and a text list, to stdout
     python scripts/rooms.py --check    # exit 1 if docs/development.md's copy differs from the code's
+    python scripts/rooms.py --write    # put the code's into docs/development.md
 
 A room is a subpackage (engine/llama, app/chat, ...) or a top-level module (engine/sampling.py). An edge
 A --> B: some module of room A imports a module of room B (at any level of the file, lazily or not). The
@@ -108,14 +109,22 @@ def documented() -> str | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help=f"compare with the copy in {DOC.relative_to(ROOT)}")
+    ap.add_argument("--write", action="store_true", help=f"replace the copy in {DOC.relative_to(ROOT)}")
     args = ap.parse_args()
     now = render()
+    if args.write:
+        if documented() is None:
+            print(f"{DOC.relative_to(ROOT)} has no rooms markers", file=sys.stderr)
+            return 1
+        head, rest = DOC.read_text(encoding="utf-8").split(BEGIN, 1)
+        DOC.write_text(f"{head}{BEGIN}\n{now}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+        print(f"wrote the rooms into {DOC.relative_to(ROOT)}")
+        return 0
     if not args.check:
         print(now)
         return 0
     if documented() != now:
-        print(f"{DOC.relative_to(ROOT)} is out of date: paste `python scripts/rooms.py` between its rooms markers",
-              file=sys.stderr)
+        print(f"{DOC.relative_to(ROOT)} is out of date: run `python scripts/rooms.py --write`", file=sys.stderr)
         return 1
     print(f"{DOC.relative_to(ROOT)}: the rooms are as the code has them")
     return 0
