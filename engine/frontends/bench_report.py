@@ -133,7 +133,7 @@ def markdown(summary: dict, meta: dict) -> str:
         "# Draftlight benchmark", "",
         f"- target: `{meta['target']}`", f"- machine: {meta['machine']}", f"- llama.cpp backends: {meta['backends']}",
         f"- prompts: {meta['prompts']} ({meta['n_prompts']}), max tokens {meta['max_tokens']}, repeats {meta['repeats']}, "
-        f"interleaved, medians", *_facts(meta), f"- date: {meta['date']}", "",
+        f"interleaved, medians", f"- date: {meta['date']}", "",
         "| category | variant | tok/s | speedup vs plain (min) | Auto / best fixed k | estimated speedup "
         "| estimated / measured (worst) | acceptance "
         "| accepted/round | TTFT ms | ITL p50/p95 ms | Python ms/token | greedy = plain |",
@@ -189,6 +189,8 @@ def markdown(summary: dict, meta: dict) -> str:
     lines += ["", f"greedy = plain: runs whose tokens equal plain greedy decoding's; where one left it, the "
               f"target's two candidates there swapped places between the batched (speculative) and the "
               f"single-token (plain) pass, within {TIE_LOGITS} logits: a numerical tie, unless marked NOT."]
+    at = lines.index(f"- date: {meta['date']}")  # the header: what ran, at which commit, where
+    lines[at:at] = _facts(meta)
     return "\n".join(lines) + "\n"
 
 
