@@ -13,7 +13,7 @@ running sum lands that close to top-p, llama.cpp may keep a token more or fewer.
 top + log(min_p), is computed in the row's float32 as llama.cpp does.
 
 Speed (a GPU token step takes a few ms, so Python per row must stay well below that; measured
-with scripts/bench_sampling.py): nothing sorts the whole vocabulary. Top-k partitions only the
+per row at a 152k vocabulary): nothing sorts the whole vocabulary. Top-k partitions only the
 tokens above a threshold taken from a strided sample; top-p takes whole bins of logits while the
 running mass stays below top-p and sorts only the bin where it crosses; the draw goes by blocks.
 The one full-vocabulary pass left is the softmax normaliser that top-p needs when top-k is off

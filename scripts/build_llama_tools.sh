@@ -65,8 +65,8 @@ PATCH
 fi
 
 # GCC 12's AMX header lets dead-store elimination drop ggml's tile configuration, and the AMX kernels
-# then crash (engine/llama/amx_check.py): on an AMX CPU, build with -fno-dse, as the README's
-# install does for llama-cpp-python, unless CMAKE_ARGS already sets the C++ flags.
+# then crash (engine/llama/amx_check.py): on an AMX CPU, build with -fno-dse, as scripts/install.sh
+# does for llama-cpp-python, unless CMAKE_ARGS already sets the C++ flags.
 amx_flags="$(bash "$ROOT/scripts/amx_cxx_flags.sh")"
 [ -z "$amx_flags" ] || CMAKE_ARGS="${CMAKE_ARGS:-} $amx_flags"
 

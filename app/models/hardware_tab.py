@@ -18,7 +18,7 @@ from app.control.model_scan import ModelEntry, entry_for, human_bytes
 from app.control.tasks import TaskState
 from app.models.task_row import TaskRow
 
-#: What a person is told before choosing the copy; the figures are the README's, from the benchmark.
+#: What a person is told before choosing the copy; the figures are docs/benchmarks.md's (AMD EPYC Zen 5).
 _FAST_COPY_TEXT = (
     "llama.cpp's CPU kernels check a block of drafted tokens fastest when every matrix is stored as Q4_0, "
     "so speculation pays far more often with such a copy of the target: on a 2-core Zen 5, prompt lookup + "

@@ -271,7 +271,7 @@ def best_fixed(trace: Trace, profile: CostProfile, drafter: str) -> tuple[int, S
     return max(runs, key=lambda kr: kr[1].rate)
 
 
-# -- the cases Auto is held to (tests/engine/drafting/test_replay.py, scripts/replay_report.py) -------------------------
+# -- the cases Auto is held to (tests/engine/drafting/test_replay.py) ------------------------------
 def synthetic(name: str, segments: list[tuple[float, int]], seed: int = 0) -> Trace:
     """A model drafter whose next-token guesses are right with probability p, segment by segment."""
     rng = np.random.default_rng(seed)

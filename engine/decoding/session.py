@@ -1,6 +1,6 @@
 """A loaded target + drafter pair that answers chats: template, KV reuse, context rule, stop.
 
-Context rule (documented in the README): the system prompt and the newest user message are
+Context rule (documented in docs/how-it-works.md): the system prompt and the newest user message are
 always kept. While the rendered conversation plus room for the reply (max_tokens, at most half
 the context) does not fit, the oldest remaining exchange (a user message and the replies after
 it) is dropped. If the system prompt and the newest message alone do not fit, the request fails

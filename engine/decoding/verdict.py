@@ -19,10 +19,8 @@ from engine.drafting.draft_choice import DraftKind
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
 MIN_ROUNDS = 4
-#: The machine's load changed during the reply when the median speed of the rounds in its first and
-#: second halves of time differ by more than this factor (single rounds vary by 10-15% on a quiet
-#: machine; medians of halves do not). Halves of time, not of rounds: a reply's long rounds come late
-#: (drafts grow as they are kept), and a load that came at mid-reply fell on 3 rounds of 14.
+#: The load changed when the median round speeds of the reply's two halves of time differ by more than this:
+#: single rounds vary 10-15% on a quiet machine, medians of halves do not (halves of time: long rounds come late).
 LOAD_CHANGE = 1.3
 
 
@@ -117,9 +115,8 @@ class PlainEstimate:
         return Certainty.SETTLED
 
 
-#: A control round is due after this many rounds without a plain one (CONTROL_FIRST for a reply's
-#: first FIRST_CONTROLS: the shape's V(1)/V(n) depends on the depth in the context, measured here
-#: 20% off between a depth of 128 and a reply's, so each reply learns its own early)...
+#: A control round is due after this many rounds without a plain one, CONTROL_FIRST for a reply's first
+#: FIRST_CONTROLS: V(1)/V(n) moves with the depth in the context, so each reply learns its own early...
 CONTROL_EVERY, CONTROL_FIRST, FIRST_CONTROLS = 12, 4, 3
 #: ...when it costs at most this share of the time since the last plain round (a plain round that is
 #: as fast per token as drafting costs nothing: on CPUs, where verifying n tokens costs nearly n steps).

@@ -124,8 +124,7 @@ SPEED_ALPHA = 0.3
 #: change of load is outvoted).
 PAIRS = 7
 #: Below this many pairs the calibrated shape (a correction of 1) is one more vote in their median: one pair
-#: alone is one plain round's noise (a reply that drafted every round had one plain round, its last, 80 ms
-#: where its repeats' took 64: plain decoding priced 25% dearer for the whole reply, 2.17x shown for 1.65x).
+#: alone is one plain round's noise, and it would price plain decoding for the whole reply (test_verdict.py).
 SHAPE_VOTE_UNTIL = 2
 
 

@@ -52,31 +52,14 @@ from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
 
 #: Draft length of a probe (drafting is off, is it worth turning back on?): the cheapest look.
 PROBE_K = 1
-#: A model drafter nothing has judged yet looks before it drafts (DraftRequest.look): it reads its
-#: backlog once LOOK_TOKENS of the reply are in it, and its own predictions of the last LOOK_MAX of
-#: them, judged against the target's tokens, count as a draft of LOOK_WINDOW tokens from each of those
-#: positions. Replayed on this Xeon's costs (drafter step 15-20 ms): Auto 1.22x -> 1.42x of plain over
-#: the bench's traces, the worst category 0.89x -> 0.94x; 4 or 8 tokens, or drafts from every fourth
-#: position only, did worse in one category or another (one wrong first token counted as a whole
-#: rejected draft, and the model stayed off). It looks after 12 tokens, not 6: judged on 6, a drafter
-#: right at a translation's easy first words was priced as right everywhere and drafted 11 (replayed on
-#: 28 everyday prompts, resources/bench/everyday_traces.jsonl: translations at 0.67-0.69x), and a reply
-#: of a few words paid for the whole read. Over those and the bench's traces (41, this Xeon's costs)
-#: Auto / plain 1.124 -> 1.162, replies below 0.95x 15 -> 4, the worst 0.67 -> 0.84; the bench's alone
-#: 1.516 -> 1.515. 16 did about as well here (1.173) but cost the Zen 5 fast copy's profile more
-#: (tests/engine/drafting/test_replay.py: 1.309 -> 1.289 against 1.304 at 12): an explanation its drafter got right from
-#: the first token waits longer.
+#: A model drafter nothing has judged yet looks before it drafts (DraftRequest.look): once LOOK_TOKENS of the
+#: reply are in, its predictions of the last LOOK_MAX count as LOOK_WINDOW-token drafts from each position;
+#: 12, not 6 or 16: enough words to tell a translation from code, yet short replies are not all look
+#: (docs/how-it-works.md, "Why these numbers"; test_replay.py's look-after-twelve test).
 LOOK_TOKENS, LOOK_MAX, LOOK_WINDOW = 12, 16, 4
-#: Judged by a look alone, a model drafter whose best draft beats plain decoding by less than LOOK_CLEAR is
-#: judged again: the reply goes on plainly, and once LOOK_AGAIN more of its tokens are in, the drafter reads
-#: them and its predictions of them are judged like the first look's (LOOKS looks in a reply at most). A
-#: reply's first words are not always like the rest: a translation's drafter, right on 9 of its first 12
-#: tokens, drafted 4 and kept 1, then 0, in each of six live runs (0.88-0.90x of plain; it is right on 14 of
-#: the next 26); looking again, 0.92-0.93x, the model never drafting. Replayed on three recorded runs' traces
-#: with their blocks 7% cheaper or dearer and the drafter's step 5-15% cheaper (the spread live runs show):
-#: replies below 0.95x of plain 72 -> 47 of 585, the worst 0.86 -> 0.92, geometric means unchanged; on the 28
-#: everyday prompts so perturbed 123 -> 118 of 420; unperturbed, every recorded set within 0.4%. A third look
-#: made a drafter right on 22 of an explanation's first 28 tokens draft on, at 60%, for seven rounds.
+#: A look that finds drafting barely worth it (best draft under LOOK_CLEAR x plain) is judged again after
+#: LOOK_AGAIN more tokens, LOOKS looks at most: a reply's first words are not always like the rest, and a
+#: third look kept a wrong drafter drafting (test_a_look_that_finds_drafting_barely_worth_it_is_judged_again).
 LOOK_CLEAR, LOOK_AGAIN, LOOKS = 1.2, 8, 2
 #: Share of decoding time that probing may cost while drafting is off.
 PROBE_BUDGET = 0.015
@@ -98,16 +81,11 @@ PRIOR_FLOOR = 2.0
 POOLED_ROUNDS, OWN_ROUNDS = 16, 32
 #: How many judgements the pooled estimate is worth against a position's own.
 OWN_WEIGHT = 8.0
-#: Where a long draft wholly rejected costs many plain steps (verifying k_max + 1 tokens costs more than
-#: CAUTIOUS x one token: CPUs, 6x here; not GPUs or Apple silicon, 1.3-2.4x), Auto is cautious. On a
-#: 2-core Zen 5, three fresh lookup match lengths each verified 15 tokens of a document the reply had
-#: stopped quoting, on a prior's long tail, and made Auto 0.65x of plain decoding; after five one-token
-#: probes kept, the model drafter drafted 15 (replayed: translation at 0.81x). So there
-#: - a fresh key starts from its parent's posterior, as sure as up to PARENT_WEIGHT of its judgements
-#:   (not from the parent's mean at the prior's weight of 2), and
-#: - a draft is at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS rounds +
-#:   REACH_STEP tokens (REACH_START before any; longer while a wholly rejected draft still costs at
-#:   most one plain step more): 4, 11, 16 over rounds that kept everything.
+#: Where verifying k_max + 1 tokens costs more than CAUTIOUS single steps (CPUs; not GPUs) a wholly rejected long
+#: draft costs many plain rounds, so Auto is cautious: a fresh key starts as sure as up to PARENT_WEIGHT of its
+#: parent's judgements, and a draft is at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS
+#: rounds + REACH_STEP (REACH_START before any): 4, 11, 16 over rounds that kept everything
+#: (test_a_document_the_reply_stops_quoting_costs_next_to_nothing).
 CAUTIOUS = 3.0
 PARENT_WEIGHT = 16.0
 REACH_GROWTH, REACH_STEP, REACH_START = 2, 3, 4
@@ -117,10 +95,8 @@ def expected_remaining(remaining: int | None, so_far: int) -> int:
     """The tokens a reply that has run `so_far` is expected to go on for, within what its limit leaves
     (`remaining`): about as many again (a reply's length has a long tail: the longer it has run, the longer
     it runs on), at least LOOK_TOKENS, at most REPLY_HORIZON. Whether reading the prompt into a model
-    drafter pays is judged over these, not over all the limit leaves (a translation of 38 tokens read its
-    prompt after 12 for the 84 a limit of 96 left, and drafted nothing). Replayed on this Xeon's costs
-    (tests/engine/drafting/test_replay.py: 41 replies, the limit as the live loop has it): Auto / plain 1.143 -> 1.149,
-    translations 0.926 -> 0.935, summaries 1.365 -> 1.426; the Zen 5 fast copy's worst 0.884 -> 0.984."""
+    drafter pays is judged over these, not over all the limit leaves: a short reply under a long limit would
+    pay a whole read for drafts that never come (docs/how-it-works.md, "Why these numbers")."""
     expected = min(REPLY_HORIZON, max(so_far, LOOK_TOKENS))
     return expected if remaining is None else min(remaining, expected)
 
@@ -491,13 +467,10 @@ class AutoK(DraftPolicy):
 
 
 class ReplyAuto:
-    """The Auto each reply runs with. What Auto learns about acceptance is its reply's own: a new reply starts
-    from the kinds' priors (on a CPU its model drafter looks before it drafts) and only a continuation of the
-    reply Auto last ran (Continue: the same prompt, the reply so far after it) goes on from what that learned.
-    Carried from reply to reply, as it was, the last reply's kind decided the next one's start: replayed over
-    every ordered pair of the bench's 13 replies on the Xeon's costs (tests/engine/drafting/test_replay.py), the second reply
-    ran 1.44x of plain, a translation after code writing 0.47x (it drafted 11-16 tokens on the code's runs),
-    code writing after a translation about 1.1x (the drafter left off); afresh 1.55x, the worst 0.93x."""
+    """Hands each reply its Auto: a fresh AutoK (the kinds' priors; on a CPU its model drafter looks before it
+    drafts) for every new reply, and the same AutoK again only for a continuation of the reply it last served
+    (Continue: same drafter, same cost model, same prompt). Acceptance describes a text, not the machine, so it
+    is not carried from one reply to the next (test_each_reply_of_a_chat_learns_acceptance_afresh)."""
 
     def __init__(self) -> None:
         self._last: tuple[object, tuple[int, ...], AutoK] | None = None  # (drafter, prompt, its Auto)

@@ -49,6 +49,9 @@ def register(sub) -> None:
     b.add_argument("--busy-half", action="store_true",
                    help="a busy loop takes one core for every other prompt group: the verdict must follow the load")
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
+    b.add_argument("--docs", type=Path, default=None, metavar="FILE",
+                   help="also write the run's headline tables, headed by its command, commit and machine, "
+                        "as Markdown for docs/benchmarks.md")
     b.set_defaults(func=cmd_bench)
 
 
@@ -93,7 +96,7 @@ def cmd_bench(args) -> int:
         if args.traces:
             models = [v.draft.model for v in variants if v.draft.model]
             record_traces(session, prompts, results, models[0] if models else None, args.traces, args.max_tokens)
-        paths = write_report(results, meta, args.out)
+        paths = write_report(results, meta, args.out, docs=args.docs)
     finally:
         session.close()
     print(paths["md"].read_text(encoding="utf-8"))

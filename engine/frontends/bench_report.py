@@ -189,6 +189,38 @@ def markdown(summary: dict, meta: dict) -> str:
     lines += ["", f"greedy = plain: runs whose tokens equal plain greedy decoding's; where one left it, the "
               f"target's two candidates there swapped places between the batched (speculative) and the "
               f"single-token (plain) pass, within {TIE_LOGITS} logits: a numerical tie, unless marked NOT."]
+    at = lines.index(f"- date: {meta['date']}")  # the header: what ran, at which commit, where
+    lines[at:at] = _facts(meta)
+    return "\n".join(lines) + "\n"
+
+
+def _facts(meta: dict) -> list[str]:
+    """The header lines for what a run recorded of its command, commit and CPU (older reports have none)."""
+    return [f"- {k}: `{meta[k]}`" if k == "command" else f"- {k}: {meta[k]}"
+            for k in ("command", "commit", "cpu") if meta.get(k)]
+
+
+def docs_markdown(summary: dict, meta: dict) -> str:
+    """The run's headline for docs/benchmarks.md: what ran, at which commit, where; the speedup against plain
+    decoding per category and variant; the verdict's error. The full table stays in report.md."""
+    variants = [v for v in summary["variants"] if v != PLAIN]
+    load = ", a busy loop on one core for every other prompt group" if meta.get("busy_half") else ""
+    lines = [f"## {Path(meta['prompts']).name}, {meta['date']}", "", *_facts(meta),
+             f"- machine: {meta['machine']}, llama.cpp backends {meta['backends']}, {meta.get('n_threads')} threads",
+             (f"- target `{meta['target']}`, {meta['n_prompts']} prompts, max tokens {meta['max_tokens']}, "
+              f"{meta['repeats']} interleaved repeats{load}; medians of per-run speed over plain decoding's "
+              "in the same group"),
+             "", "| category | plain tok/s | " + " | ".join(variants) + " |", "|---" * (len(variants) + 2) + "|"]
+    for cat in summary["categories"] + ["all"]:
+        row = summary["table"][cat]
+        plain = row.get(PLAIN, {}).get("tokens_per_s")
+        cells = [f"{row[v]['speedup']:.2f}x" if row.get(v, {}).get("speedup") is not None else "-" for v in variants]
+        lines.append(f"| {cat} | {'-' if plain is None else f'{plain:.2f}'} | " + " | ".join(cells) + " |")
+    if summary.get("verdict"):
+        lines += ["", "| verdict: runs | n | median error | worst error | within 10% | within 25% |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} | {v['within_10']:.0%} "
+                  f"| {v['within_25']:.0%} |" for name, v in summary["verdict"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -227,7 +259,7 @@ def chart(summary: dict, path: Path) -> Path:
     return path
 
 
-def write_report(results: Sequence[RunResult], meta: dict, out: Path) -> dict[str, Path]:
+def write_report(results: Sequence[RunResult], meta: dict, out: Path, docs: Path | None = None) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(results)
     report = {"meta": meta, "summary": summary,
@@ -237,6 +269,10 @@ def write_report(results: Sequence[RunResult], meta: dict, out: Path) -> dict[st
     paths["json"].write_text(json.dumps(report, indent=2), encoding="utf-8")
     paths["md"].write_text(markdown(summary, meta), encoding="utf-8")
     chart(summary, paths["chart"])
+    if docs is not None:  # the headline for docs/benchmarks.md
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        docs.write_text(docs_markdown(summary, meta), encoding="utf-8")
+        paths["docs"] = docs
     return paths
 
 
@@ -272,6 +308,40 @@ def record_traces(session: Session, prompts: Sequence[BenchPrompt], results: Seq
     return path
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit() -> str | None:
+    """The checkout's commit, marked when tracked files differ from it; None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head} (with uncommitted changes)" if head and dirty else head or None
+
+
+def command_line() -> str | None:
+    """The bench command as typed, when this process is `python -m engine bench ...`."""
+    import shlex
+    import sys
+
+    return "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+
+
 def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt], max_tokens: int, repeats: int) -> dict:
     from engine.llama.backend import backends
 
@@ -282,4 +352,5 @@ def meta_for(session: Session, prompts_path: Path, prompts: Sequence[BenchPrompt
         "calibrated_verify_ms": {n: round((session.costs.verify(n) or 0) * 1000, 1) for n in (1, 2, 4, 8, 16)},
         "calibrated_depths": list(session.costs.depths),
         "calibrated_deep_verify_ms": {n: round((session.costs.deep(n) or 0) * 1000, 1) for n in (1, 2, 4, 8, 16)},
+        "command": command_line(), "commit": commit(), "cpu": cpu_name(),
     }

@@ -321,7 +321,7 @@ def cmd_hardware(args) -> int:
     if rep.amx:
         print(rep.amx)
     if not rep.gpu_offload:
-        print("for a GPU build of llama-cpp-python see the README (CUDA / Metal)")
+        print("for a GPU build of llama-cpp-python see docs/gpu.md (CUDA / Metal)")
     if est is not None:
         print(("fits: " if est.fits else "WARNING: will not fit: ") + est.message)
     return 0

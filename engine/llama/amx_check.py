@@ -7,7 +7,7 @@ faster; the drafter's Q4_0 copy a step in 15 ms against 32). But a build of llam
 by GCC 12 crashes there: GCC's amxtileintrin.h tells the compiler that `ldtilecfg` reads 8 bytes of
 its 64-byte config, dead-store elimination drops the stores that fill in the rows and columns, and
 the first tile load faults on stack garbage (SIGSEGV, ggml-org/llama.cpp#20824: "machine-dependent"
-because it is compiler-dependent). The same sources built with `-fno-dse` run (README, *Intel Xeon*).
+because it is compiler-dependent). The same sources built with `-fno-dse` run (docs/how-it-works.md, AMX).
 
 Which build a person has cannot be told from outside, so the first load of a file by a build with
 AMX kernels tries it in a child process: the file loaded with repacking on and a batch decoded. A
@@ -39,7 +39,7 @@ FILE_NAME = "amx-check.json"
 TIMEOUT_S = 180.0
 #: Entries kept: a few builds times a few files.
 MAX_ENTRIES = 64
-#: What a person can do about a build whose kernels crash (the README says the same).
+#: What a person can do about a build whose kernels crash (docs/how-it-works.md says the same).
 REBUILD = ("pip install --force-reinstall --no-cache-dir llama-cpp-python==VERSION with "
            "CMAKE_ARGS=-DCMAKE_CXX_FLAGS=-fno-dse")
 

@@ -1,7 +1,7 @@
 """Stop and Close never wait for the engine thread, and a stop ends the pass in progress (issue 21, item 5).
 
-The timings themselves (Stop to "(stopped)", Close to exit, under a busy loop) are measured by
-scripts/stop_close.py, not here: on a shared machine they are noise. What is tested is the order of
+The timings themselves (Stop to "(stopped)", Close to exit, under a busy loop) are in docs/benchmarks.md,
+not here: on a shared machine they are noise. What is tested is the order of
 things: with the engine thread held by a lock this test holds, Stop, Close and Cancel return and reach
 the engine; a stop set during a pass makes llama.cpp end it part-way, and the caches stay exact.
 """

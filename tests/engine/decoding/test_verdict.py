@@ -522,7 +522,7 @@ def test_on_two_of_four_threads_a_pass_is_judged_by_the_share_of_those_two(share
 
 
 def test_one_slow_plain_round_beside_a_reply_that_drafted_every_round_moves_its_verdict_by_half():
-    """The benchmark's worst verdict (stop 40): a fixed k=4 reply kept every draft, so its only plain round was
+    """A benchmark's worst verdict: a fixed k=4 reply kept every draft, so its only plain round was
     its last (the limit left one token), and that round ran 80 ms where the machine's plain rounds ran 64 ms
     (a shared machine's noise). That one pair set the shape's correction for the whole reply: plain decoding
     priced 25% dearer, 2.17x shown for 1.65x. The shape is one vote beside a lone pair: 12.5% (by hand:

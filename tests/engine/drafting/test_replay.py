@@ -115,7 +115,7 @@ def geomean(xs) -> float:
 
 def test_auto_against_the_best_fixed_k_in_hindsight():
     """Issue 9's goal is Auto >= 0.95x the best fixed k on every trace and >= 0.98x plain where no k
-    beats plain. Measured (scripts/replay_report.py, see the issue note): it holds on every case on
+    beats plain. Measured by replaying every case: it holds on every case on
     this machine and with the slow drafter; the misses are GPU- and Apple-like costs, mostly short
     replies (40-96 tokens) where the best k in hindsight is also the one whose block boundaries
     happened to fall best among 17 (neighbouring k differ by up to 15% on one reply) and a fresh
@@ -132,7 +132,7 @@ def test_auto_against_the_best_fixed_k_in_hindsight():
         assert geomean([c.vs_best for c in results if c.profile == profile]) >= (0.975 if profile == "gpu" else 0.98), profile
     worst = min(results, key=lambda c: c.vs_best)
     assert worst.vs_best >= 0.85, worst
-    # Stop 28 added a document question (attach-doc), where Auto was 0.84x of plain on this machine: 0.94x
+    # The document question (attach-doc), where Auto was 0.84x of plain on this machine when it was added: 0.94x
     # now (0.98x on its own machine's costs: the test below), 17 misses in 196 where there were 16.
     assert len(misses) <= 0.09 * len(results), misses
     # On CPU-like costs a miss is that document or a lookup-only variant: a cautious lookup's draft grows
@@ -159,7 +159,7 @@ DOCUMENT = ROOT / "resources" / "bench" / "doc_traces.jsonl"
 
 def test_a_document_the_reply_stops_quoting_costs_next_to_nothing():
     """Asked about an attached runbook, the reply quotes it in bits: lookups of 2-5 token matches offer 16
-    tokens that are mostly wrong. Measured live on a 2-core Zen 5 (stop 28): Auto with lookup at 0.65x of
+    tokens that are mostly wrong. Measured live on a 2-core Zen 5: Auto with lookup at 0.65x of
     plain decoding, three fresh match lengths each verifying 15 tokens (16 cost 6 plain steps there) on
     their prior's long tail; replayed under that machine's costs, 0.83x. Plain decoding is the best choice
     here, and Auto must stay within a few per cent of it."""
@@ -173,7 +173,7 @@ def test_a_document_the_reply_stops_quoting_costs_next_to_nothing():
 
 
 BENCH = ROOT / "resources" / "bench"
-#: The 2-core Zen 5 of stop 29 (ms): the default Q4_K_M target as calibrated for its benchmark, and its Q4_0
+#: A 2-core Zen 5 (ms): the default Q4_K_M target as calibrated for its benchmark, and its Q4_0
 #: copy as its benchmark's rounds measured it (blocks of 3 have no 4-row kernel). The drafter's step (12 ms
 #: measured) and reads are there for the profile's sake: lookup replays never price them.
 ZEN5 = measured_profile("zen5", {1: 32.2, 2: 53.8, 4: 90.1, 8: 143.7, 16: 171.0}, 12.0, {1: 12, 16: 60, 64: 200})
@@ -379,7 +379,7 @@ def test_auto_reads_the_prompt_into_the_model_drafter_at_its_first_draft():
 
 
 def test_chats_whose_earlier_turns_the_drafter_read_ahead():
-    """The 14 multi-turn chats recorded at stop 41 with the 0.5B drafter's agreement (chat_model_traces.jsonl),
+    """The 14 multi-turn chats recorded with the 0.5B drafter's agreement (chat_model_traces.jsonl),
     each with what its drafter held before the reply: the earlier turns, read ahead after their reply as the app
     does (Session.read_ahead). Replayed at that run's costs, Auto with lookup + model is 1.537x of plain
     decoding (geometric mean; worst 0.98x) where, with only the template's opening held (24 tokens), it is
@@ -407,7 +407,7 @@ def test_each_reply_of_a_chat_learns_acceptance_afresh():
     """Two replies in one session: every ordered pair of the 13 bench replies recorded on the Xeon (amx_traces),
     the second priced against plain decoding, the cost model carried from the first as the app carries it. Auto as
     the session picks it (ReplyAuto: a new prompt starts afresh) runs the second reply 1.55x of plain, the worst
-    0.93x. What Auto learned carried over, as it was until stop 42: 1.44x, the worst 0.47x (a translation after
+    0.93x. What Auto learned carried over instead: 1.44x, the worst 0.47x (a translation after
     code writing drafted 11-16 tokens on the code's runs; code writing after a translation waited for probes)."""
     head, traces = load_traces(BENCH / "amx_traces.jsonl")
     here = recorded_profile(head)

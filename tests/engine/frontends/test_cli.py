@@ -150,3 +150,29 @@ def test_bench_reports_the_verdict_beside_the_measured_speedup_with_a_busy_loop(
     assert verdict["all: plain vs plain"]["median_error"] == pytest.approx((noise[1] + noise[2]) / 2)
     md = (out / "report.md").read_text()
     assert "estimated / measured" in md and "A busy loop took one core" in md
+
+
+def test_bench_writes_the_docs_headline_with_command_commit_and_machine(tiny, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello world", "category": "chat"}) + "\n")
+    out, docs = tmp_path / "out", tmp_path / "docs" / "headline.md"
+    r = engine("bench", "--target", str(tiny["target"]), "--draft", "lookup", "--prompts", str(prompts),
+               "--max-tokens", "8", "--repeats", "1", "--out", str(out), "--docs", str(docs))
+    assert r.returncode == 0, r.stderr
+    text = docs.read_text()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    if head.returncode == 0:  # a checkout: the commit it ran at (marked if tracked files differ)
+        assert f"- commit: {head.stdout.strip()}" in text and f"- commit: {head.stdout.strip()}" in (
+            out / "report.md").read_text()
+    assert "- command: `python -m engine bench " in text and f"--docs {docs}`" in text
+    assert "- cpu: " in text and "- machine: " in text and f"`{tiny['target'].name}`" in text
+    # One prompt, one repeat: a speedup is that run's tokens/s over plain decoding's, read from the runs.
+    runs = {run["variant"]: run["tokens_per_s"] for run in json.loads((out / "report.json").read_text())["runs"]}
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| category |")).strip("| ").split(" | ")
+    chat, every = (next(line for line in lines if line.startswith(f"| {c} |")).strip("| ").split(" | ")
+                   for c in ("chat", "all"))
+    assert header[:2] == ["category", "plain tok/s"] and chat[1:] == every[1:]
+    assert chat[1] == f"{runs['plain']:.2f}"
+    assert chat[header.index("lookup k=auto")] == f"{runs['lookup k=auto'] / runs['plain']:.2f}x"
