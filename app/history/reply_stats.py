@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum, StrEnum
 
 from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
 from engine.drafting.draft_choice import DraftKind
@@ -142,27 +143,50 @@ def modes_label(modes: tuple[tuple[str, int], ...]) -> str:
     return " · ".join(f"{_MODE_WORDS.get(k, k)} {n}" for k, n in modes) + " rounds"
 
 
+class Tone(Enum):
+    """A verdict's colour."""
+
+    GOOD = "good"
+    BAD = "bad"
+    NEUTRAL = "neutral"
+
+
+class Pace(StrEnum):
+    """Speculation against plain decoding, in the words the stats panel, the footer and Compare show."""
+
+    HELPING = "helping"
+    SAME = "about the same"
+    SLOWER = "slower"
+
+    @property
+    def tone(self) -> Tone:
+        return _PACE_TONES[self]
+
+
+_PACE_TONES = {Pace.HELPING: Tone.GOOD, Pace.SAME: Tone.NEUTRAL, Pace.SLOWER: Tone.BAD}
+
+
 class Verdict(str):
-    """A sentence, with `tone` for its colour: 'good', 'bad' or 'neutral'."""
+    """A sentence, with `tone` for its colour."""
 
-    tone: str
+    tone: Tone
 
-    def __new__(cls, text: str, tone: str) -> "Verdict":
+    def __new__(cls, text: str, tone: Tone) -> "Verdict":
         v = super().__new__(cls, text)
         v.tone = tone
         return v
 
 
-def pace(speedup: float) -> Verdict:
-    """Speculation against plain decoding at this speed ratio: 'helping', 'about the same' or 'slower'.
+def pace(speedup: float) -> Pace:
+    """Speculation against plain decoding at this speed ratio.
 
     The one place that decides it, so the stats panel and Compare never disagree about a reply.
     """
     if speedup >= HELPING:
-        return Verdict("helping", "good")
+        return Pace.HELPING
     if speedup <= HURTING:
-        return Verdict("slower", "bad")
-    return Verdict("about the same", "neutral")
+        return Pace.SLOWER
+    return Pace.SAME
 
 
 def verdict(s: StatsSnapshot) -> Verdict:
@@ -176,31 +200,31 @@ def verdict(s: StatsSnapshot) -> Verdict:
 
 def _verdict(s: StatsSnapshot) -> Verdict:
     if s.rounds == 0:
-        return Verdict("Waiting for the first round…", "neutral")
+        return Verdict("Waiting for the first round…", Tone.NEUTRAL)
     if s.drafted == 0:
         if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
             # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.
-            return Verdict("Plain decoding: the reply was too short for Auto to start drafting.", "neutral")
+            return Verdict("Plain decoding: the reply was too short for Auto to start drafting.", Tone.NEUTRAL)
         if s.auto and s.rounds > 1:
             return Verdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
-                           "neutral")
-        return Verdict("Plain decoding: nothing was drafted.", "neutral")
+                           Tone.NEUTRAL)
+        return Verdict("Plain decoding: nothing was drafted.", Tone.NEUTRAL)
     x = s.estimated_speedup
     if x is None or s.certainty is Certainty.UNKNOWN:
-        return Verdict("Measuring the speed of plain decoding…", "neutral")
+        return Verdict("Measuring the speed of plain decoding…", Tone.NEUTRAL)
     if s.certainty is Certainty.FEW_ROUNDS:
-        return Verdict("Too few rounds yet to tell whether speculation is helping.", "neutral")
+        return Verdict("Too few rounds yet to tell whether speculation is helping.", Tone.NEUTRAL)
     if s.certainty is Certainty.LOAD_CHANGED:  # a number here would be a guess: say so instead
         return Verdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
-                       "whether speculation helped. Compare with plain decoding measures both.", "neutral")
+                       "whether speculation helped. Compare with plain decoding measures both.", Tone.NEUTRAL)
     return _paced(s, x)
 
 
 def _paced(s: StatsSnapshot, x: float) -> Verdict:
     p = pace(x)
-    if p == "helping":
+    if p is Pace.HELPING:
         return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
-    if p == "slower":
+    if p is Pace.SLOWER:
         if s.auto:
             return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
                            "drafts and turns drafting off if it stays slower.", p.tone)
