@@ -50,8 +50,8 @@ class StatsSnapshot:
     """Auto: rounds it had learned from in earlier replies of this session when this one started."""
     certainty: Certainty = Certainty.SETTLED
     """How far estimated_speedup can be trusted (too few rounds, the machine's load changed)."""
-    modes: tuple[tuple[str, int], ...] = ()
-    """Rounds per drafter that proposed (DraftKind values, 'none' = plain): which mode ran."""
+    modes: tuple[tuple[DraftKind, int], ...] = ()
+    """Rounds per drafter that proposed (DraftKind.NONE = plain): which mode ran."""
     threads: tuple[int, int] | None = None
     """The last round ran on fewer CPU threads than loaded (other programs busy): (now, loaded)."""
 
@@ -122,23 +122,23 @@ class ReplyStats:
 
 
 #: The order modes are named in: the free drafters, the model, plain rounds last.
-_MODE_ORDER = (DraftKind.LOOKUP.value, DraftKind.HISTORY.value, DraftKind.MODEL.value, DraftKind.NONE.value)
+_MODE_ORDER = (DraftKind.LOOKUP, DraftKind.HISTORY, DraftKind.MODEL, DraftKind.NONE)
 
 
-def _modes(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+def _modes(counts: dict[DraftKind, int]) -> tuple[tuple[DraftKind, int], ...]:
     return tuple((k, counts[k]) for k in sorted(counts, key=lambda k: _MODE_ORDER.index(k) if k in _MODE_ORDER else 9)
                  if counts[k])
 
 
-_MODE_WORDS = {DraftKind.LOOKUP.value: "lookup", DraftKind.HISTORY.value: "past chats", DraftKind.MODEL.value: "model",
-               DraftKind.NONE.value: "plain"}
+_MODE_WORDS = {DraftKind.LOOKUP: "lookup", DraftKind.HISTORY: "past chats", DraftKind.MODEL: "model",
+               DraftKind.NONE: "plain"}
 
 
-def modes_label(modes: tuple[tuple[str, int], ...]) -> str:
+def modes_label(modes: tuple[tuple[DraftKind, int], ...]) -> str:
     """Which mode ran, in rounds: 'lookup 12 · model 30 · plain 8 rounds' ('' when nothing ran)."""
     if not modes:
         return ""
-    if len(modes) == 1 and modes[0][0] == DraftKind.NONE.value:
+    if len(modes) == 1 and modes[0][0] is DraftKind.NONE:
         return "plain decoding"
     return " · ".join(f"{_MODE_WORDS.get(k, k)} {n}" for k, n in modes) + " rounds"
 
@@ -250,7 +250,7 @@ def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats
     modes = dict(first.rounds_by_drafter)
     for k, n in then.rounds_by_drafter.items():
         modes[k] = modes.get(k, 0) + n
-    drafting = sum(n for k, n in modes.items() if k != DraftKind.NONE.value)
+    drafting = sum(n for k, n in modes.items() if k is not DraftKind.NONE)
     tps = tokens / gen_s if gen_s else 0.0
     plain_tps = tokens / plain_s if plain_s else None
     notes = [n for n in (first.note, then.note) if n]
