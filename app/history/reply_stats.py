@@ -166,12 +166,13 @@ class Pace(StrEnum):
 _PACE_TONES = {Pace.HELPING: Tone.GOOD, Pace.SAME: Tone.NEUTRAL, Pace.SLOWER: Tone.BAD}
 
 
-class Verdict(str):
-    """A sentence, with `tone` for its colour."""
+class ShownVerdict(str):
+    """The verdict the stats panel shows (and a footer chip's tooltip): a sentence, with `tone` for its colour.
+    The engine's own verdict is a number (engine.decoding.verdict); this is what it says to the person."""
 
     tone: Tone
 
-    def __new__(cls, text: str, tone: Tone) -> "Verdict":
+    def __new__(cls, text: str, tone: Tone) -> "ShownVerdict":
         v = super().__new__(cls, text)
         v.tone = tone
         return v
@@ -189,47 +190,49 @@ def pace(speedup: float) -> Pace:
     return Pace.SAME
 
 
-def verdict(s: StatsSnapshot) -> Verdict:
+def verdict(s: StatsSnapshot) -> ShownVerdict:
     """Is speculation paying off on this machine, in plain words (and, for Auto, whether it started
     from what earlier replies taught it)."""
     v = _verdict(s)
     if s.auto and s.learned_rounds:
-        return Verdict(f"{v} Auto started from what it learned over {s.learned_rounds} rounds of earlier replies.", v.tone)
+        return ShownVerdict(f"{v} Auto started from what it learned over {s.learned_rounds} rounds of earlier replies.",
+                            v.tone)
     return v
 
 
-def _verdict(s: StatsSnapshot) -> Verdict:
+def _verdict(s: StatsSnapshot) -> ShownVerdict:
     if s.rounds == 0:
-        return Verdict("Waiting for the first round…", Tone.NEUTRAL)
+        return ShownVerdict("Waiting for the first round…", Tone.NEUTRAL)
     if s.drafted == 0:
         if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
             # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.
-            return Verdict("Plain decoding: the reply was too short for Auto to start drafting.", Tone.NEUTRAL)
+            return ShownVerdict("Plain decoding: the reply was too short for Auto to start drafting.", Tone.NEUTRAL)
         if s.auto and s.rounds > 1:
-            return Verdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
-                           Tone.NEUTRAL)
-        return Verdict("Plain decoding: nothing was drafted.", Tone.NEUTRAL)
+            return ShownVerdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
+                                Tone.NEUTRAL)
+        return ShownVerdict("Plain decoding: nothing was drafted.", Tone.NEUTRAL)
     x = s.estimated_speedup
     if x is None or s.certainty is Certainty.UNKNOWN:
-        return Verdict("Measuring the speed of plain decoding…", Tone.NEUTRAL)
+        return ShownVerdict("Measuring the speed of plain decoding…", Tone.NEUTRAL)
     if s.certainty is Certainty.FEW_ROUNDS:
-        return Verdict("Too few rounds yet to tell whether speculation is helping.", Tone.NEUTRAL)
+        return ShownVerdict("Too few rounds yet to tell whether speculation is helping.", Tone.NEUTRAL)
     if s.certainty is Certainty.LOAD_CHANGED:  # a number here would be a guess: say so instead
-        return Verdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
-                       "whether speculation helped. Compare with plain decoding measures both.", Tone.NEUTRAL)
+        return ShownVerdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
+                            "whether speculation helped. Compare with plain decoding measures both.", Tone.NEUTRAL)
     return _paced(s, x)
 
 
-def _paced(s: StatsSnapshot, x: float) -> Verdict:
+def _paced(s: StatsSnapshot, x: float) -> ShownVerdict:
     p = pace(x)
     if p is Pace.HELPING:
-        return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
+        return ShownVerdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
     if p is Pace.SLOWER:
         if s.auto:
-            return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
-                           "drafts and turns drafting off if it stays slower.", p.tone)
-        return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.", p.tone)
-    return Verdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
+            return ShownVerdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
+                                "drafts and turns drafting off if it stays slower.", p.tone)
+        return ShownVerdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.",
+                            p.tone)
+    return ShownVerdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
 
 
 def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats:
