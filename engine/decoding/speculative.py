@@ -203,13 +203,14 @@ def rewind(target: LlamaModel, drafter: Drafter | None, ctx: list[int]) -> None:
         drafter.commit(ctx)
 
 
-def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+def rounds(target: LlamaModel, ctx: list[int], *, params: SamplingParams, drafter: Drafter | None,
+           policy: DraftPolicy, max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
            control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     """The token-level loop. `ctx` grows in place; whatever happens (a consumer that stops listening
     included), the caches are rewound to it."""
     try:
-        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng, control, p_min)
+        yield from _loop(target, ctx, params=params, drafter=drafter, policy=policy, max_tokens=max_tokens, stop=stop,
+                         rng=rng, control=control, p_min=p_min)
     except BaseException:
         with contextlib.suppress(Exception):
             rewind(target, drafter, ctx)  # never hide the error that got us here
@@ -217,8 +218,8 @@ def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: 
     rewind(target, drafter, ctx)
 
 
-def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-          max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+def _loop(target: LlamaModel, ctx: list[int], *, params: SamplingParams, drafter: Drafter | None,
+          policy: DraftPolicy, max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
           control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     emitted = 0
     number = 0
@@ -286,30 +287,35 @@ class _Text:
         return self.model.piece(token).decode("utf-8", "replace")
 
 
-def generate(
-    target: LlamaModel,
-    prompt: Sequence[int],
-    params: SamplingParams = SamplingParams(),
-    drafter: Drafter | None = None,
-    policy: DraftPolicy | None = None,
-    max_tokens: int = 256,
-    stop: threading.Event | None = None,
-    costs: CostModel | None = None,
-    note: str = "",
-    control: bool = False,
-    stop_strings: Sequence[str] = (),
-    p_min: float = 0.0,
-    reply_from: int | None = None,
-) -> Iterator[Event]:
-    """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
-    plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
-    `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
-    whose text may begin one is yielded once the next round tells, still followed by its own tokens.
-    `p_min`: a model drafter stops drafting below this top probability (engine.drafting.policy.DraftRequest).
-    `reply_from`: where the reply starts in a rendered conversation, after the chat template's frame for it
-    (None: raw text, which the reply continues); prompt lookup matches only within the reply."""
+@dataclass(frozen=True, slots=True)
+class LoopOptions:
+    """How generate() makes one reply: everything but the models and the live objects (stop flag, costs)."""
+
+    sampling: SamplingParams = SamplingParams()
+    """Greedy or sampled, and the sampler's settings."""
+    max_tokens: int = 256
+    """Longest reply."""
+    note: str = ""
+    """Anything the user should know, carried into the reply's Stats."""
+    control: bool = False
+    """Now and then a plain round among drafting ones where it costs next to nothing (verdict.ControlRounds)."""
+    stop_strings: tuple[str, ...] = ()
+    """Text that ends the reply, itself left out (engine.decoding.stop_strings); a round whose text may begin
+    one is yielded once the next round tells, still followed by its own tokens."""
+    p_min: float = 0.0
+    """A model drafter stops drafting below this top probability (engine.drafting.policy.DraftRequest)."""
+    reply_from: int | None = None
+    """Where the reply starts in a rendered conversation, after the chat template's frame for it (None: raw
+    text, which the reply continues); prompt lookup matches only within the reply."""
+
+
+def generate(target: LlamaModel, prompt: Sequence[int], options: LoopOptions = LoopOptions(), *,
+             drafter: Drafter | None = None, policy: DraftPolicy | None = None, stop: threading.Event | None = None,
+             costs: CostModel | None = None) -> Iterator[Event]:
+    """Generate a reply to `prompt` (token ids), yielding the event stream."""
     if not prompt:
         raise EngineError("the prompt is empty")
+    params = options.sampling
     params.validate()
     policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
@@ -320,7 +326,7 @@ def generate(
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 
     if drafter is not None:
-        drafter.reply_starts(reply_from)
+        drafter.reply_starts(options.reply_from)
     t_prefill = time.perf_counter()
     ctx, reused, read_s = prefill(target, prompt, drafter, policy, stop)
     # The drafter's read of the prompt is the reply's cost, not the prompt's: counted with the target's
@@ -330,7 +336,7 @@ def generate(
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill - read_s)
 
     text = _Text(target)
-    watch: StopText[Round] = StopText(stop_strings)
+    watch: StopText[Round] = StopText(options.stop_strings)
     shown: list[str] = []  # the reply's text as emitted
     finish: FinishReason | None = None
     emitted = 0
@@ -367,8 +373,9 @@ def generate(
     # A seed with sampling promises the same text for the same k: control rounds fall where measured
     # times put them, and would move the stream's draws.
     repeatable = not params.greedy and params.seed is not None
-    steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng,
-                   ControlRounds(costs) if control and policy.drafts and not repeatable else None, p_min)
+    control = ControlRounds(costs) if options.control and policy.drafts and not repeatable else None
+    steps = rounds(target, ctx, params=params, drafter=drafter, policy=policy, max_tokens=options.max_tokens, stop=stop,
+                   rng=rng, control=control, p_min=options.p_min)
     try:
         for r in steps:
             finish = r.finish
@@ -391,7 +398,7 @@ def generate(
         yield from round_events(out.unit, out.texts)
     if not watch.stopped:
         shown.append(text.flush())  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
-    yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(note))
+    yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(options.note))
 
 
 def _looked(draft: Draft) -> tuple[int, int] | None:
