@@ -8,9 +8,9 @@ from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.policy import LOOK_TOKENS
 
-HELPING = 1.05
+HELPING_AT = 1.05
 """At or above this speed ratio speculation is 'helping'."""
-HURTING = 0.95
+SLOWER_AT = 0.95
 """At or below it, 'slower'; in between, 'about the same' (timing noise is a few percent)."""
 
 
@@ -183,9 +183,9 @@ def pace(speedup: float) -> Pace:
 
     The one place that decides it, so the stats panel and Compare never disagree about a reply.
     """
-    if speedup >= HELPING:
+    if speedup >= HELPING_AT:
         return Pace.HELPING
-    if speedup <= HURTING:
+    if speedup <= SLOWER_AT:
         return Pace.SLOWER
     return Pace.SAME
 
