@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's engine
-from engine.decoding import llama_backend  # noqa: E402
+from engine.llama import backend as llama_backend  # noqa: E402
 
 NOT_PORTABLE = ("AVX512", "AVX_VNNI", "AMX_INT8")
 NEEDS_BACKEND = {"cuda": "CUDA", "metal": "MTL"}
