@@ -37,7 +37,7 @@ from app.chat.live_reply import LiveReply, ShownMessage
 from app.chat.markdown_spans import LINE_BREAK, Block, parse
 from app.chat.message_frame import write_attachments, write_end, write_header, write_thinking_toggle
 from app.chat.reply_document import INDENT, Formats, Look, Provenance, ReplyWriter
-from app.chat.thinking import THINKING_CODE, first_answer_token, parts_of, phase, thinks, toggle_label
+from app.chat.thinking import THINKING_CODE, Phase, drawing, first_answer_token, parts_of, thinks, toggle_label
 from app.chat.view_actions import ViewActions
 from app.chat.view_navigation import ViewNavigation
 from app.chat.view_reading import ViewReading, message_source
@@ -296,7 +296,7 @@ class ChatView(ViewReading, ViewNavigation, ViewActions, QTextBrowser):
             lv = self._live = LiveReply(shown, source, list(ends), len(m.tokens), w.cur.position() - shown.start,
                                         cut=start, cut_fresh=w.fresh, cut_code=THINKING_CODE if thought else 0,
                                         limit=limit, thought=thought,
-                                        phase=phase(parts, expanded),
+                                        drawing=drawing(parts, expanded),
                                         first_token=0 if thought else first_answer_token(parts, ends))
             w.thought = thought
             lv.render(w)
@@ -487,7 +487,8 @@ class ChatView(ViewReading, ViewNavigation, ViewActions, QTextBrowser):
         m = lv.shown.message
         lv.take(m.tokens)
         parts = parts_of(m, lv.source, lv.ends)
-        return thinks(m, parts) or lv.phase[0] != "answer" or phase(parts, m.id in self._expanded) != lv.phase
+        return (thinks(m, parts) or lv.drawing.phase is not Phase.ANSWER
+                or drawing(parts, m.id in self._expanded) != lv.drawing)
 
     def _render_live(self, cur: QTextCursor | None = None, final: bool = False) -> ReplyWriter | None:
         lv = self._live
@@ -496,7 +497,7 @@ class ChatView(ViewReading, ViewNavigation, ViewActions, QTextBrowser):
         m = lv.shown.message
         lv.take(m.tokens)
         parts = parts_of(m, lv.source, lv.ends)
-        if phase(parts, m.id in self._expanded) != lv.phase and self._shown and self._shown[-1] is lv.shown:
+        if drawing(parts, m.id in self._expanded) != lv.drawing and self._shown and self._shown[-1] is lv.shown:
             # The thinking closed, or a tag that was arriving came (or did not): another part streams now.
             at_end = cur is None and self._at_bottom()
             self._rewrite(len(self._shown) - 1, live=True, cur=cur)

@@ -15,6 +15,7 @@ from engine.decoding.events import TokenEvent
 
 from app.chat.markdown_spans import Kind, parse, table_pending
 from app.chat.reply_document import BlockMark, Provenance, ReplyWriter
+from app.chat.thinking import Drawing
 from app.history.records import Message
 
 CHECKPOINT_LINES = 40
@@ -62,8 +63,8 @@ class LiveReply:
     at a time: its thinking (up to a close tag still arriving) while that is shown, then its answer."""
     thought: bool = False
     """The streamed part is the reply's thinking."""
-    phase: tuple = ()
-    """Which part streams, and how (app.chat.thinking.phase): when it changes, the message is drawn again."""
+    drawing: Drawing | None = None
+    """Which part streams, and how (app.chat.thinking.drawing): when it changes, the message is drawn again."""
     first_token: int = 0
     """The first token of the streamed part (rejected drafts of earlier tokens are not shown with it)."""
 

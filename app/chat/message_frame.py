@@ -18,6 +18,7 @@ from app.chat.message_labels import footer, pair_label, settings_label, settings
 from app.core.drafter_names import recorded_drafter
 from app.chat.reply_document import ReplyWriter
 from app.history.records import Message, Role
+from app.history.reply_stats import Tone
 
 COPY = "copy"
 """The copy link's name (handled by the view, not a MessageAction)."""
@@ -90,7 +91,7 @@ def write_attachments(w: ReplyWriter, m: Message) -> None:
     for i, a in enumerate(m.attachments):
         if i:
             w.insert("  ", f.small)
-        w.insert(f" {a.name} · {human_size(a.size)} ", _with_tip(f.chip("neutral", ""), _preview(a)))
+        w.insert(f" {a.name} · {human_size(a.size)} ", _with_tip(f.chip(Tone.NEUTRAL, ""), _preview(a)))
 
 
 def _preview(a: Attachment) -> str:

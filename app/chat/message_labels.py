@@ -10,7 +10,7 @@ from engine.drafting.draft_choice import DraftLength
 from engine.decoding.events import Certainty
 
 from app.core.drafter_names import recorded_drafter
-from app.history.reply_stats import ReplyStats, modes_label, pace, verdict
+from app.history.reply_stats import ReplyStats, Tone, modes_label, pace, verdict
 
 _MODEL_SUFFIX = ".gguf"
 
@@ -91,8 +91,8 @@ class Footer:
     """'42.1 tok/s · 67% accepted'."""
     chip: str
     """The verdict in a word or two (stats panel's words), or ''."""
-    tone: str
-    """'good', 'bad' or 'neutral'."""
+    tone: Tone
+    """The chip's colour."""
     sentence: str
     """The stats panel's verdict sentence (the chip's tooltip)."""
 
@@ -111,13 +111,13 @@ def footer(m: Message) -> Footer:
         if ran:
             numbers.append(ran)
     if snap.rounds == 0:
-        chip, tone = "", "neutral"
+        chip, tone = "", Tone.NEUTRAL
     elif not snap.drafted:
-        chip, tone = "plain decoding", "neutral"
+        chip, tone = "plain decoding", Tone.NEUTRAL
     elif snap.estimated_speedup is None or snap.certainty in (Certainty.UNKNOWN, Certainty.FEW_ROUNDS):
-        chip, tone = "", "neutral"
+        chip, tone = "", Tone.NEUTRAL
     elif snap.certainty is Certainty.LOAD_CHANGED:
-        chip, tone = "load changed", "neutral"
+        chip, tone = "load changed", Tone.NEUTRAL
     else:
         v = pace(snap.estimated_speedup)
         chip, tone = str(v), v.tone

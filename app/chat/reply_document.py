@@ -23,6 +23,7 @@ from engine.decoding.events import RoundEvent, TokenEvent, TokenSource
 from app.chat.app_links import LinkKind, href as app_href
 from app.chat.markdown_spans import LINE_BREAK, Block, Kind, Style
 from app.core.theme import Mark, TokenColours, mark_format, readable
+from app.history.reply_stats import Tone
 
 _MARK_OF = {s: Mark.of(s) for s in TokenSource}
 _HEADING_SCALE = {1: 1.5, 2: 1.3, 3: 1.15, 4: 1.05, 5: 1.0, 6: 1.0}
@@ -134,11 +135,11 @@ class Formats:
             self.cache[key] = f
         return f
 
-    def chip(self, tone: str, tip: str) -> QTextCharFormat:
+    def chip(self, tone: Tone, tip: str) -> QTextCharFormat:
         c = self.look.colours
         f = QTextCharFormat(self.small)
         f.setForeground(QColor(c.text_fg))
-        bg = {"good": QColor(c.accepted_bg), "bad": blend(c.correction_fg, QColor(c.page_bg), 0.25)}.get(tone)
+        bg = {Tone.GOOD: QColor(c.accepted_bg), Tone.BAD: blend(c.correction_fg, QColor(c.page_bg), 0.25)}.get(tone)
         f.setBackground(bg if bg is not None else QColor(c.code_bg))
         f.setToolTip(tip)
         return f

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
 
 from engine.decoding.reasoning import OPEN, ReplyParts, split_reply
 
@@ -36,13 +38,34 @@ def thinks(m: Message, parts: ReplyParts) -> bool:
     return parts.thinking is not None or bool(m.thinking)
 
 
-def phase(parts: ReplyParts, expanded: bool) -> tuple:
-    """How a streaming reply is drawn now: the same phase can be redrawn from its cut, another cannot."""
+class Phase(Enum):
+    """Which part of a streaming reply is drawn."""
+
+    ANSWER = "answer"  # no thinking (yet): the answer from its start
+    THINKING = "thinking"  # thinking that has not closed
+    ANSWERED = "answered"  # the answer after closed thinking
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing:
+    """How a streaming reply is drawn now: the same drawing can be redrawn from its cut, another cannot."""
+
+    phase: Phase
+    """Which part streams."""
+    expanded: bool | None = None
+    """The thinking is open (None in the answer phase, where it plays no part)."""
+    answer: int | None = None
+    """Where the answer starts in the source (None while thinking: not known yet)."""
+
+
+def drawing(parts: ReplyParts, expanded: bool) -> Drawing:
+    """How a streaming reply is drawn now (a change means the message is drawn again)."""
     if parts.thinking is None:
-        return ("answer", parts.answer)  # the answer from its start (which moves while a tag may be arriving)
+        # The answer from its start (which moves while a tag may be arriving).
+        return Drawing(Phase.ANSWER, answer=parts.answer)
     if not parts.closed:
-        return ("thinking", expanded)
-    return ("answered", expanded, parts.answer)
+        return Drawing(Phase.THINKING, expanded)
+    return Drawing(Phase.ANSWERED, expanded, parts.answer)
 
 
 def thinking_tokens(parts: ReplyParts, ends: Sequence[int]) -> int:

@@ -39,8 +39,7 @@ from app.control.preferences import Preferences
 from app.control.streaming_reply import LIVE_TITLE, StreamingReply
 from app.core.background import disconnect_all
 from app.core.errors import CONTEXT_FULL_NOTICE, Action, Level, Notice, explain
-from app.core.settings import AppSettings
-from app.core.settings import _coerce as settings_from_dict
+from app.core.settings import AppSettings, settings_from_json
 from app.core.engine_thread.worker import ContinueFrom, EngineWorker, ReadAheadRequest, ReplyRequest
 from app.history.records import EDITED, Message, Role
 from app.history.store import StoreError
@@ -433,7 +432,7 @@ class Replies(QObject):
                 data = self.store.reply_settings(reply.id)
             except StoreError:
                 return None
-        return settings_from_dict(data) if data else None
+        return settings_from_json(data) if data else None
 
     def compare(self, messages: Sequence[Message], speculative: ReplyHandler, plain: ReplyHandler) -> CompareRuns | None:
         """Run the prompt of `messages[-1]` (a finished reply) again twice, speculative then plain, with

@@ -191,7 +191,9 @@ def _typed(name: str, v: Any, default: Any) -> Any:
     return v
 
 
-def _coerce(data: dict[str, Any]) -> AppSettings:
+def settings_from_json(data: dict[str, Any]) -> AppSettings:
+    """Settings as `AppSettings.to_json` wrote them, here or in another version: unknown keys are ignored and
+    a bad value falls back to its default."""
     defaults = AppSettings()
     values: dict[str, Any] = {}
     for f in fields(AppSettings):
@@ -239,7 +241,7 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, str | None]:
         except OSError:
             return AppSettings(), f"The settings file is damaged ({exc}) and could not be moved; using defaults."
         return AppSettings(), f"The settings file was damaged; it was kept as {moved.name} and defaults are in use."
-    return _coerce(data), None
+    return settings_from_json(data), None
 
 
 def save_settings(settings: AppSettings, path: Path | None = None) -> None:

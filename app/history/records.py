@@ -20,6 +20,7 @@ from engine.decoding.events import (
     Stats,
     TokenEvent,
     TokenSource,
+    drafter_counts,
     with_totals,
 )
 
@@ -154,6 +155,7 @@ def stats_from_dict(d: dict[str, Any]) -> Stats:
     kw = {k: v for k, v in d.items() if k in _STATS_FIELDS}
     kw["acceptance_by_position"] = tuple(kw.get("acceptance_by_position", ()))
     kw["certainty"] = _certainty(kw.get("certainty"))
+    kw["rounds_by_drafter"] = drafter_counts(kw.get("rounds_by_drafter", {}))
     return Stats(**kw)
 
 

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum, StrEnum
 
 from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.policy import LOOK_TOKENS
 
-HELPING = 1.05
+HELPING_AT = 1.05
 """At or above this speed ratio speculation is 'helping'."""
-HURTING = 0.95
+SLOWER_AT = 0.95
 """At or below it, 'slower'; in between, 'about the same' (timing noise is a few percent)."""
 
 
@@ -49,8 +50,8 @@ class StatsSnapshot:
     """Auto: rounds it had learned from in earlier replies of this session when this one started."""
     certainty: Certainty = Certainty.SETTLED
     """How far estimated_speedup can be trusted (too few rounds, the machine's load changed)."""
-    modes: tuple[tuple[str, int], ...] = ()
-    """Rounds per drafter that proposed (DraftKind values, 'none' = plain): which mode ran."""
+    modes: tuple[tuple[DraftKind, int], ...] = ()
+    """Rounds per drafter that proposed (DraftKind.NONE = plain): which mode ran."""
     threads: tuple[int, int] | None = None
     """The last round ran on fewer CPU threads than loaded (other programs busy): (now, loaded)."""
 
@@ -121,91 +122,117 @@ class ReplyStats:
 
 
 #: The order modes are named in: the free drafters, the model, plain rounds last.
-_MODE_ORDER = (DraftKind.LOOKUP.value, DraftKind.HISTORY.value, DraftKind.MODEL.value, DraftKind.NONE.value)
+_MODE_ORDER = (DraftKind.LOOKUP, DraftKind.HISTORY, DraftKind.MODEL, DraftKind.NONE)
 
 
-def _modes(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+def _modes(counts: dict[DraftKind, int]) -> tuple[tuple[DraftKind, int], ...]:
     return tuple((k, counts[k]) for k in sorted(counts, key=lambda k: _MODE_ORDER.index(k) if k in _MODE_ORDER else 9)
                  if counts[k])
 
 
-_MODE_WORDS = {DraftKind.LOOKUP.value: "lookup", DraftKind.HISTORY.value: "past chats", DraftKind.MODEL.value: "model",
-               DraftKind.NONE.value: "plain"}
+_MODE_WORDS = {DraftKind.LOOKUP: "lookup", DraftKind.HISTORY: "past chats", DraftKind.MODEL: "model",
+               DraftKind.NONE: "plain"}
 
 
-def modes_label(modes: tuple[tuple[str, int], ...]) -> str:
+def modes_label(modes: tuple[tuple[DraftKind, int], ...]) -> str:
     """Which mode ran, in rounds: 'lookup 12 · model 30 · plain 8 rounds' ('' when nothing ran)."""
     if not modes:
         return ""
-    if len(modes) == 1 and modes[0][0] == DraftKind.NONE.value:
+    if len(modes) == 1 and modes[0][0] is DraftKind.NONE:
         return "plain decoding"
     return " · ".join(f"{_MODE_WORDS.get(k, k)} {n}" for k, n in modes) + " rounds"
 
 
-class Verdict(str):
-    """A sentence, with `tone` for its colour: 'good', 'bad' or 'neutral'."""
+class Tone(Enum):
+    """A verdict's colour."""
 
-    tone: str
+    GOOD = "good"
+    BAD = "bad"
+    NEUTRAL = "neutral"
 
-    def __new__(cls, text: str, tone: str) -> "Verdict":
+
+class Pace(StrEnum):
+    """Speculation against plain decoding, in the words the stats panel, the footer and Compare show."""
+
+    HELPING = "helping"
+    SAME = "about the same"
+    SLOWER = "slower"
+
+    @property
+    def tone(self) -> Tone:
+        return _PACE_TONES[self]
+
+
+_PACE_TONES = {Pace.HELPING: Tone.GOOD, Pace.SAME: Tone.NEUTRAL, Pace.SLOWER: Tone.BAD}
+
+
+class ShownVerdict(str):
+    """The verdict the stats panel shows (and a footer chip's tooltip): a sentence, with `tone` for its colour.
+    The engine's own verdict is a number (engine.decoding.verdict); this is what it says to the person."""
+
+    tone: Tone
+
+    def __new__(cls, text: str, tone: Tone) -> "ShownVerdict":
         v = super().__new__(cls, text)
         v.tone = tone
         return v
 
 
-def pace(speedup: float) -> Verdict:
-    """Speculation against plain decoding at this speed ratio: 'helping', 'about the same' or 'slower'.
+def pace(speedup: float) -> Pace:
+    """Speculation against plain decoding at this speed ratio.
 
     The one place that decides it, so the stats panel and Compare never disagree about a reply.
     """
-    if speedup >= HELPING:
-        return Verdict("helping", "good")
-    if speedup <= HURTING:
-        return Verdict("slower", "bad")
-    return Verdict("about the same", "neutral")
+    if speedup >= HELPING_AT:
+        return Pace.HELPING
+    if speedup <= SLOWER_AT:
+        return Pace.SLOWER
+    return Pace.SAME
 
 
-def verdict(s: StatsSnapshot) -> Verdict:
+def verdict(s: StatsSnapshot) -> ShownVerdict:
     """Is speculation paying off on this machine, in plain words (and, for Auto, whether it started
     from what earlier replies taught it)."""
     v = _verdict(s)
     if s.auto and s.learned_rounds:
-        return Verdict(f"{v} Auto started from what it learned over {s.learned_rounds} rounds of earlier replies.", v.tone)
+        return ShownVerdict(f"{v} Auto started from what it learned over {s.learned_rounds} rounds of earlier replies.",
+                            v.tone)
     return v
 
 
-def _verdict(s: StatsSnapshot) -> Verdict:
+def _verdict(s: StatsSnapshot) -> ShownVerdict:
     if s.rounds == 0:
-        return Verdict("Waiting for the first round…", "neutral")
+        return ShownVerdict("Waiting for the first round…", Tone.NEUTRAL)
     if s.drafted == 0:
         if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
             # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.
-            return Verdict("Plain decoding: the reply was too short for Auto to start drafting.", "neutral")
+            return ShownVerdict("Plain decoding: the reply was too short for Auto to start drafting.", Tone.NEUTRAL)
         if s.auto and s.rounds > 1:
-            return Verdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
-                           "neutral")
-        return Verdict("Plain decoding: nothing was drafted.", "neutral")
+            return ShownVerdict("Plain decoding: Auto judged drafting slower than plain decoding here, so it is off.",
+                                Tone.NEUTRAL)
+        return ShownVerdict("Plain decoding: nothing was drafted.", Tone.NEUTRAL)
     x = s.estimated_speedup
     if x is None or s.certainty is Certainty.UNKNOWN:
-        return Verdict("Measuring the speed of plain decoding…", "neutral")
+        return ShownVerdict("Measuring the speed of plain decoding…", Tone.NEUTRAL)
     if s.certainty is Certainty.FEW_ROUNDS:
-        return Verdict("Too few rounds yet to tell whether speculation is helping.", "neutral")
+        return ShownVerdict("Too few rounds yet to tell whether speculation is helping.", Tone.NEUTRAL)
     if s.certainty is Certainty.LOAD_CHANGED:  # a number here would be a guess: say so instead
-        return Verdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
-                       "whether speculation helped. Compare with plain decoding measures both.", "neutral")
+        return ShownVerdict("The machine's speed changed during this reply (other programs?), so it cannot tell "
+                            "whether speculation helped. Compare with plain decoding measures both.", Tone.NEUTRAL)
     return _paced(s, x)
 
 
-def _paced(s: StatsSnapshot, x: float) -> Verdict:
+def _paced(s: StatsSnapshot, x: float) -> ShownVerdict:
     p = pace(x)
-    if p == "helping":
-        return Verdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
-    if p == "slower":
+    if p is Pace.HELPING:
+        return ShownVerdict(f"Speculation is helping: about {x:.2f}× the speed of plain decoding.", p.tone)
+    if p is Pace.SLOWER:
         if s.auto:
-            return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
-                           "drafts and turns drafting off if it stays slower.", p.tone)
-        return Verdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.", p.tone)
-    return Verdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
+            return ShownVerdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto is shortening the "
+                                "drafts and turns drafting off if it stays slower.", p.tone)
+        return ShownVerdict(f"Speculation is slower than plain decoding here ({x:.2f}×): Auto would turn it off.",
+                            p.tone)
+    return ShownVerdict(f"Speculation is about the same as plain decoding ({x:.2f}×).", p.tone)
 
 
 def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats:
@@ -226,7 +253,7 @@ def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats
     modes = dict(first.rounds_by_drafter)
     for k, n in then.rounds_by_drafter.items():
         modes[k] = modes.get(k, 0) + n
-    drafting = sum(n for k, n in modes.items() if k != DraftKind.NONE.value)
+    drafting = sum(n for k, n in modes.items() if k is not DraftKind.NONE)
     tps = tokens / gen_s if gen_s else 0.0
     plain_tps = tokens / plain_s if plain_s else None
     notes = [n for n in (first.note, then.note) if n]

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QFormLayout, QFrame, QHBoxLayout, QLabel, QVBoxLay
 from engine.decoding.events import Certainty
 
 from app.stats.charts import AcceptanceChart, SpeedChart
-from app.history.reply_stats import StatsSnapshot, verdict
+from app.history.reply_stats import StatsSnapshot, Tone, verdict
 from app.core.theme import OKABE_ITO
 
 
@@ -120,9 +120,9 @@ class StatsPanel(QFrame):
         f["speedup"].setText(_speedup_text(s))
         v = verdict(s)
         self.verdict.setText(v)
-        colour = {"good": OKABE_ITO["bluish_green"], "bad": OKABE_ITO["vermillion"]}.get(v.tone)
+        colour = {Tone.GOOD: OKABE_ITO["bluish_green"], Tone.BAD: OKABE_ITO["vermillion"]}.get(v.tone)
         self.tone_bar.setStyleSheet(f"background-color: {QColor(colour).name()};" if colour else "")
-        self.fast_copy_hint.setVisible(self.fast_copy_offered and v.tone != "good" and (s.auto or s.drafted > 0)
+        self.fast_copy_hint.setVisible(self.fast_copy_offered and v.tone is not Tone.GOOD and (s.auto or s.drafted > 0)
                                        and s.certainty is not Certainty.LOAD_CHANGED)
         self.acceptance_chart.set_values(s.by_position)
         # With the load changed there is no one plain-decoding speed to draw.

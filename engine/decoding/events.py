@@ -94,13 +94,13 @@ class RoundTotals:
     """Per draft position, the rounds that reached it (every position before it accepted)."""
     kept: tuple[int, ...] = ()
     """Per draft position, the rounds whose token there was accepted."""
-    by_drafter: dict[str, int] = field(default_factory=dict)
-    """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds)."""
+    by_drafter: dict[DraftKind, int] = field(default_factory=dict)
+    """Rounds per drafter that proposed (DraftKind.NONE = plain rounds)."""
 
     def after(self, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
               drafter: DraftKind | str) -> "RoundTotals":
         """These totals with one more round: the one place a round is counted (a pure function)."""
-        kind = DraftKind(drafter).value if drafted else DraftKind.NONE.value
+        kind = DraftKind(drafter) if drafted else DraftKind.NONE
         tried, kept = list(self.tried), list(self.kept)
         if drafted:
             while len(tried) < drafted:
@@ -143,8 +143,17 @@ class RoundTotals:
         """As `to_dict` wrote it (JSON turns the tuples into lists)."""
         kw = {k: v for k, v in d.items() if k in _TOTALS_FIELDS}
         kw["tried"], kw["kept"] = tuple(kw.get("tried", ())), tuple(kw.get("kept", ()))
-        kw["by_drafter"] = dict(kw.get("by_drafter", {}))
+        kw["by_drafter"] = drafter_counts(kw.get("by_drafter", {}))
         return cls(**kw)
+
+
+def drafter_counts(stored: Any) -> dict[DraftKind, int]:
+    """Rounds per drafter as stored (JSON keys are text), keyed by kind: a kind this version does not know
+    (written by a newer one) is left out rather than failing the whole reply."""
+    return {DraftKind(k): n for k, n in dict(stored).items() if k in _DRAFT_KINDS}
+
+
+_DRAFT_KINDS = frozenset(k.value for k in DraftKind)
 
 
 def _summed(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -277,8 +286,8 @@ class Stats:
     """Auto: rounds it had already learned from in this session when the reply started (0 = fresh)."""
     certainty: Certainty = Certainty.SETTLED
     """How far estimated_speedup can be trusted."""
-    rounds_by_drafter: dict[str, int] = field(default_factory=dict)
-    """Rounds per drafter that proposed (DraftKind values; 'none' = plain rounds): which mode ran."""
+    rounds_by_drafter: dict[DraftKind, int] = field(default_factory=dict)
+    """Rounds per drafter that proposed (DraftKind.NONE = plain rounds): which mode ran."""
     thinking_s: float | None = None
     """Seconds from the first token to the end of the reply's thinking (None: it did not think)."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.measure import LoadStage, Measuring
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
-from engine.decoding.speculative import generate
+from engine.decoding.speculative import LoopOptions, generate
 from engine.drafting.base import Drafter
 from engine.drafting.combined import CombinedDrafter
 from engine.drafting.compat import check_pair, vocab_of_model
@@ -366,13 +366,15 @@ class Session(Measuring):
         self.stop_event = stop = StopRequest()
         for m in self._models():
             m.watch(stop)
-        events = generate(
-            self.target, tokens, settings.sampling,
-            drafter=self.drafter, max_tokens=settings.max_tokens,
-            policy=self.policy_for(settings, tokens[:reply_from], continues=reply_from is not None and reply_from < len(tokens)),
-            stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
+        options = LoopOptions(
+            settings.sampling, max_tokens=settings.max_tokens, note="; ".join([*self.notes, *notes]),
             control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
             reply_from=reply_from,
+        )
+        events = generate(
+            self.target, tokens, options, drafter=self.drafter,
+            policy=self.policy_for(settings, tokens[:reply_from], continues=reply_from is not None and reply_from < len(tokens)),
+            stop=stop, costs=self.costs,
         )
         return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
 

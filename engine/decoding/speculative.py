@@ -45,7 +45,7 @@ _NO_DRAFT = Draft()
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Judgement:
     """The target's judgement of one draft."""
 
     accepted: int
@@ -58,7 +58,7 @@ class Verdict:
     """Greedy: per emitted token, the target's second choice and its distance in logits."""
 
 
-def judge_greedy(rows: np.ndarray, draft: Draft) -> Verdict:
+def judge_greedy(rows: np.ndarray, draft: Draft) -> Judgement:
     """Accept while the target's argmax equals the draft; then take the target's argmax.
 
     Vectorised over the rows that emit a token, in float32 and in place: at a 152k vocabulary
@@ -82,11 +82,12 @@ def judge_greedy(rows: np.ndarray, draft: Draft) -> Verdict:
     work = np.subtract(used, best[:, None])
     np.exp(work, out=work)
     p = 1.0 / work.sum(axis=1).astype(np.float64)  # float32 pairwise sums: ~1e-7 relative
-    return Verdict(accepted, int(top[-1]), p.tolist(),
+    return Judgement(accepted, int(top[-1]), p.tolist(),
                    list(zip(second.tolist(), gaps.astype(np.float64).tolist())))
 
 
-def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Verdict:
+def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int,
+                  rng: np.random.Generator) -> Judgement:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): keep x with probability
     min(1, p(x)/q(x)); at the first rejection sample norm(max(0, p - q)); after a full accept,
     sample the bonus from p. The output follows the target's distribution exactly."""
@@ -96,11 +97,11 @@ def judge_sampled(rows: np.ndarray, draft: Draft, params: SamplingParams, n_voca
         q = draft.q[i]
         if not accept_draft_token(p, q, tok, rng):
             nxt = sample_residual(p, q, tok, n_vocab, rng)
-            return Verdict(i, nxt, probs + [p.prob(nxt)])
+            return Judgement(i, nxt, probs + [p.prob(nxt)])
         probs.append(p.prob(tok))
     p = distribution(rows[len(draft.tokens)], params)
     nxt = p.sample(rng)
-    return Verdict(len(draft.tokens), nxt, probs + [p.prob(nxt)])
+    return Judgement(len(draft.tokens), nxt, probs + [p.prob(nxt)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ class Round:
 
     number: int
     draft: Draft
-    verdict: Verdict
+    judgement: Judgement
     tokens: list[int]
     """Tokens this round emits (cut at an end of generation, which is kept in the context, or at max_tokens)."""
     sources: list[TokenSource]
@@ -166,11 +167,11 @@ def verify(target: LlamaModel, ctx: list[int], draft: Draft) -> tuple[np.ndarray
     return rows, time.perf_counter() - t0
 
 
-def judge(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Verdict:
+def judge(rows: np.ndarray, draft: Draft, params: SamplingParams, n_vocab: int, rng: np.random.Generator) -> Judgement:
     """3. accept and 4. resample."""
-    verdict = judge_greedy(rows, draft) if params.greedy else judge_sampled(rows, draft, params, n_vocab, rng)
-    assert 0 <= verdict.accepted <= len(draft.tokens)  # every round yields at least one token
-    return verdict
+    judgement = judge_greedy(rows, draft) if params.greedy else judge_sampled(rows, draft, params, n_vocab, rng)
+    assert 0 <= judgement.accepted <= len(draft.tokens)  # every round yields at least one token
+    return judgement
 
 
 def judged_aside(aside: list[tuple[DraftKey, list[int]]], new: list[int]) -> tuple[tuple[DraftKey, int, int], ...]:
@@ -202,13 +203,14 @@ def rewind(target: LlamaModel, drafter: Drafter | None, ctx: list[int]) -> None:
         drafter.commit(ctx)
 
 
-def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-           max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+def rounds(target: LlamaModel, ctx: list[int], *, params: SamplingParams, drafter: Drafter | None,
+           policy: DraftPolicy, max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
            control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     """The token-level loop. `ctx` grows in place; whatever happens (a consumer that stops listening
     included), the caches are rewound to it."""
     try:
-        yield from _loop(target, ctx, params, drafter, policy, max_tokens, stop, rng, control, p_min)
+        yield from _loop(target, ctx, params=params, drafter=drafter, policy=policy, max_tokens=max_tokens, stop=stop,
+                         rng=rng, control=control, p_min=p_min)
     except BaseException:
         with contextlib.suppress(Exception):
             rewind(target, drafter, ctx)  # never hide the error that got us here
@@ -216,8 +218,8 @@ def rounds(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: 
     rewind(target, drafter, ctx)
 
 
-def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: Drafter | None, policy: DraftPolicy,
-          max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
+def _loop(target: LlamaModel, ctx: list[int], *, params: SamplingParams, drafter: Drafter | None,
+          policy: DraftPolicy, max_tokens: int, stop: threading.Event | None, rng: np.random.Generator,
           control: ControlRounds | None = None, p_min: float = 0.0) -> Iterator[Round]:
     emitted = 0
     number = 0
@@ -243,17 +245,17 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
             return  # a stop request ended a pass part-way: the round yields nothing, the caches are rewound
         depth = len(ctx) - 1  # where the block was verified, before the context grows
         share = judged_share(target.last_share, target.info.size)  # the verify pass's share of the CPU
-        verdict = judge(rows, draft, params, target.n_vocab, rng)
+        judgement = judge(rows, draft, params, target.n_vocab, rng)
         n_draft = len(draft.tokens)
-        new = draft.tokens[: verdict.accepted] + [verdict.next_token]
+        new = draft.tokens[: judgement.accepted] + [judgement.next_token]
         last = (TokenSource.TARGET if n_draft == 0
-                else TokenSource.BONUS if verdict.accepted == n_draft else TokenSource.CORRECTION)
+                else TokenSource.BONUS if judgement.accepted == n_draft else TokenSource.CORRECTION)
         keep, finish = cut(target, new, emitted, max_tokens)
         ctx.extend(new[: keep + 1] if finish is FinishReason.STOP else new[:keep])  # keep the EOG itself
         rewind(target, drafter if n_draft else None, ctx)
         # As measured here; the round's overhead is added once its events are out (engine.decoding.round_costs).
         outcome = RoundOutcome(
-            k=draft.asked, drafted=n_draft, accepted=verdict.accepted, draft_s=draft.seconds, verify_s=verify_s,
+            k=draft.asked, drafted=n_draft, accepted=judgement.accepted, draft_s=draft.seconds, verify_s=verify_s,
             key=draft.key, catchup_s=draft.catchup_s, catchup_tokens=draft.catchup_tokens, share=share,
             aside=judged_aside(draft.aside, new) + draft.judged, depth=depth, threads=_fewer_threads(target),
             draft_steps=draft.steps, draft_share=draft.share,
@@ -261,7 +263,7 @@ def _loop(target: LlamaModel, ctx: list[int], params: SamplingParams, drafter: D
         policy.observe(outcome)
         if control is not None:
             control.observe(outcome, keep)
-        yield Round(number, draft, verdict, new[:keep], ([TokenSource.ACCEPTED] * verdict.accepted + [last])[:keep],
+        yield Round(number, draft, judgement, new[:keep], ([TokenSource.ACCEPTED] * judgement.accepted + [last])[:keep],
                     outcome, finish)
         emitted += keep
         if finish is not None:
@@ -285,30 +287,35 @@ class _Text:
         return self.model.piece(token).decode("utf-8", "replace")
 
 
-def generate(
-    target: LlamaModel,
-    prompt: Sequence[int],
-    params: SamplingParams = SamplingParams(),
-    drafter: Drafter | None = None,
-    policy: DraftPolicy | None = None,
-    max_tokens: int = 256,
-    stop: threading.Event | None = None,
-    costs: CostModel | None = None,
-    note: str = "",
-    control: bool = False,
-    stop_strings: Sequence[str] = (),
-    p_min: float = 0.0,
-    reply_from: int | None = None,
-) -> Iterator[Event]:
-    """Generate a reply to `prompt` (token ids), yielding the event stream. `control`: now and then a
-    plain round among drafting ones where it costs next to nothing (verdict.ControlRounds).
-    `stop_strings`: text that ends the reply, itself left out (engine.decoding.stop_strings); a round
-    whose text may begin one is yielded once the next round tells, still followed by its own tokens.
-    `p_min`: a model drafter stops drafting below this top probability (engine.drafting.policy.DraftRequest).
-    `reply_from`: where the reply starts in a rendered conversation, after the chat template's frame for it
-    (None: raw text, which the reply continues); prompt lookup matches only within the reply."""
+@dataclass(frozen=True, slots=True)
+class LoopOptions:
+    """How generate() makes one reply: everything but the models and the live objects (stop flag, costs)."""
+
+    sampling: SamplingParams = SamplingParams()
+    """Greedy or sampled, and the sampler's settings."""
+    max_tokens: int = 256
+    """Longest reply."""
+    note: str = ""
+    """Anything the user should know, carried into the reply's Stats."""
+    control: bool = False
+    """Now and then a plain round among drafting ones where it costs next to nothing (verdict.ControlRounds)."""
+    stop_strings: tuple[str, ...] = ()
+    """Text that ends the reply, itself left out (engine.decoding.stop_strings); a round whose text may begin
+    one is yielded once the next round tells, still followed by its own tokens."""
+    p_min: float = 0.0
+    """A model drafter stops drafting below this top probability (engine.drafting.policy.DraftRequest)."""
+    reply_from: int | None = None
+    """Where the reply starts in a rendered conversation, after the chat template's frame for it (None: raw
+    text, which the reply continues); prompt lookup matches only within the reply."""
+
+
+def generate(target: LlamaModel, prompt: Sequence[int], options: LoopOptions = LoopOptions(), *,
+             drafter: Drafter | None = None, policy: DraftPolicy | None = None, stop: threading.Event | None = None,
+             costs: CostModel | None = None) -> Iterator[Event]:
+    """Generate a reply to `prompt` (token ids), yielding the event stream."""
     if not prompt:
         raise EngineError("the prompt is empty")
+    params = options.sampling
     params.validate()
     policy = policy if (policy is not None and drafter is not None) else NoDraft()
     costs = costs or CostModel()
@@ -319,7 +326,7 @@ def generate(
         raise ContextFullError(f"the prompt has {len(prompt)} tokens; the context holds {target.n_ctx}")
 
     if drafter is not None:
-        drafter.reply_starts(reply_from)
+        drafter.reply_starts(options.reply_from)
     t_prefill = time.perf_counter()
     ctx, reused, read_s = prefill(target, prompt, drafter, policy, stop)
     # The drafter's read of the prompt is the reply's cost, not the prompt's: counted with the target's
@@ -329,7 +336,7 @@ def generate(
     stats.prefill_done(len(prompt), reused, time.perf_counter() - t_prefill - read_s)
 
     text = _Text(target)
-    watch: StopText[Round] = StopText(stop_strings)
+    watch: StopText[Round] = StopText(options.stop_strings)
     shown: list[str] = []  # the reply's text as emitted
     finish: FinishReason | None = None
     emitted = 0
@@ -337,14 +344,14 @@ def generate(
     def round_events(r: Round, texts: list[str]) -> Iterator[Event]:
         nonlocal emitted
         tps, speedup, certainty = stats.live_rate(len(texts))
-        draft, verdict = r.draft, r.verdict
-        rejected = draft.tokens[verdict.accepted :]
+        draft, judgement = r.draft, r.judgement
+        rejected = draft.tokens[judgement.accepted :]
         draft_s = draft.seconds + draft.catchup_s
-        totals = stats.round_shown(len(draft.tokens), verdict.accepted, len(texts), draft_s, r.outcome.verify_s,
+        totals = stats.round_shown(len(draft.tokens), judgement.accepted, len(texts), draft_s, r.outcome.verify_s,
                                    draft.kind)
         yield from stats.timed(RoundEvent(
             round=r.number, k=r.outcome.k, drafted=tuple(draft.tokens),
-            drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=verdict.accepted,
+            drafted_text=tuple(text.alone(t) for t in draft.tokens), accepted=judgement.accepted,
             rejected=tuple(rejected), rejected_text=tuple(text.alone(t) for t in rejected),
             emitted=len(texts), draft_s=draft_s, verify_s=r.outcome.verify_s,
             drafter=draft.kind, tokens_per_s=tps, estimated_speedup=speedup, certainty=certainty, totals=totals,
@@ -353,11 +360,11 @@ def generate(
         for i, piece in enumerate(texts):
             tok = r.tokens[i]
             stats.token_emitted()
-            second = verdict.runner_up[i] if verdict.runner_up else (None, None)
+            second = judgement.runner_up[i] if judgement.runner_up else (None, None)
             shown.append(piece)
             yield from stats.timed(TokenEvent(
                 text=piece, token_id=tok, source=r.sources[i], round=r.number,
-                p=verdict.p[i], q=draft.q_probs[i] if i < verdict.accepted else None, index=emitted,
+                p=judgement.p[i], q=draft.q_probs[i] if i < judgement.accepted else None, index=emitted,
                 runner_up=second[0], margin=second[1],
             ))
             emitted += 1
@@ -366,8 +373,9 @@ def generate(
     # A seed with sampling promises the same text for the same k: control rounds fall where measured
     # times put them, and would move the stream's draws.
     repeatable = not params.greedy and params.seed is not None
-    steps = rounds(target, ctx, params, drafter, policy, max_tokens, stop, rng,
-                   ControlRounds(costs) if control and policy.drafts and not repeatable else None, p_min)
+    control = ControlRounds(costs) if options.control and policy.drafts and not repeatable else None
+    steps = rounds(target, ctx, params=params, drafter=drafter, policy=policy, max_tokens=options.max_tokens, stop=stop,
+                   rng=rng, control=control, p_min=options.p_min)
     try:
         for r in steps:
             finish = r.finish
@@ -390,7 +398,7 @@ def generate(
         yield from round_events(out.unit, out.texts)
     if not watch.stopped:
         shown.append(text.flush())  # a reply cut inside a character ends with U+FFFD rather than lose the bytes
-    yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(note))
+    yield DoneEvent(finish_reason=finish, text="".join(shown), stats=stats.finish(options.note))
 
 
 def _looked(draft: Draft) -> tuple[int, int] | None:

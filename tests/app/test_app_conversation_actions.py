@@ -316,6 +316,7 @@ def test_a_file_that_is_not_a_chat_export_is_refused_and_nothing_is_imported(qtb
 def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
     from app.history.reply_stats import joined_stats
     from engine.decoding.events import RoundEvent, Stats, with_totals
+    from engine.drafting.draft_choice import DraftKind
 
     def part(tokens, rounds, drafted, accepted, tps, plain, modes, **kw):
         base = dict(tokens=tokens, rounds=rounds, drafted=drafted, accepted=accepted, acceptance_rate=0.0,
@@ -331,9 +332,9 @@ def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
                           tuple(drafted[accepted:]), (), accepted + 1, 0.0, 0.1, "lookup" if drafted else "none", 1.0, None)
 
     # 10 tokens at 5/s (2 s), then 10 at 10/s (1 s); plain would have taken 10/4 + 10/5 = 4.5 s.
-    first = part(10, 6, 6, 3, 5.0, 4.0, {"lookup": 3, "none": 3}, prompt_tokens_reused=0)
-    then = part(10, 4, 8, 6, 10.0, 5.0, {"lookup": 3, "none": 1}, prompt_tokens=52, prompt_tokens_reused=51,
-                itl_p95_s=0.5, note="dropped the 2 oldest messages to fit the context")
+    first = part(10, 6, 6, 3, 5.0, 4.0, {DraftKind.LOOKUP: 3, DraftKind.NONE: 3}, prompt_tokens_reused=0)
+    then = part(10, 4, 8, 6, 10.0, 5.0, {DraftKind.LOOKUP: 3, DraftKind.NONE: 1}, prompt_tokens=52,
+                prompt_tokens_reused=51, itl_p95_s=0.5, note="dropped the 2 oldest messages to fit the context")
     rounds = [rnd(1, [1, 2], 1), rnd(2, [1, 2], 2), rnd(3, [], 0), rnd(4, [5, 6, 7, 8], 0)]
     s = joined_stats(first, then, with_totals(rounds)[-1].totals)
     assert (s.tokens, s.rounds, s.drafted, s.accepted, s.target_passes) == (20, 10, 14, 9, 10)
@@ -343,6 +344,6 @@ def test_the_totals_of_a_continued_reply_are_those_of_both_parts():
     # Position 1 is tried by every drafting round (3; kept in rounds 1 and 2), position 2 after a kept
     # position 1 (rounds 1 and 2; kept in round 2).
     assert s.acceptance_by_position == (2 / 3, 1 / 2)
-    assert s.rounds_by_drafter == {"lookup": 6, "none": 4}
+    assert s.rounds_by_drafter == {DraftKind.LOOKUP: 6, DraftKind.NONE: 4}
     assert (s.prompt_tokens, s.prompt_tokens_reused, s.ttft_s) == (40, 0, 0.5)  # the first part's
     assert (s.wall_s, s.itl_p95_s, s.note) == (6.0, 0.5, "dropped the 2 oldest messages to fit the context")

@@ -9,7 +9,7 @@ import pytest
 
 from app.history.export import to_markdown, trace_records
 from app.history.records import Role
-from app.history.reply_stats import ReplyStats, pace, verdict
+from app.history.reply_stats import Pace, ReplyStats, Tone, pace, verdict
 from app.core.settings import AUTO, AppSettings, load_settings, save_settings, settings_path
 from app.history.store import ChatStore, database_path
 from app.core.theme import Theme
@@ -71,14 +71,14 @@ def test_verdict_in_words():
 
     assert verdict(snap(1.6, False)).startswith("Speculation is helping")
     slow = verdict(snap(0.6, False))
-    assert "slower than plain decoding" in slow and "Auto would turn it off" in slow and slow.tone == "bad"
+    assert "slower than plain decoding" in slow and "Auto would turn it off" in slow and slow.tone is Tone.BAD
     assert "Auto is shortening" in verdict(snap(0.6, True))
     assert "about the same" in verdict(snap(1.0, False))
     assert "Plain decoding" in verdict(snap(None, False, drafted=False))
     # One decision for the panel and Compare: 5% either side of 1 is "about the same".
-    for x, word in ((1.14, "helping"), (1.05, "helping"), (1.049, "about the same"), (1.03, "about the same"),
-                    (0.951, "about the same"), (0.95, "slower"), (0.5, "slower")):
-        assert pace(x) == word, x
+    for x, word in ((1.14, Pace.HELPING), (1.05, Pace.HELPING), (1.049, Pace.SAME), (1.03, Pace.SAME),
+                    (0.951, Pace.SAME), (0.95, Pace.SLOWER), (0.5, Pace.SLOWER)):
+        assert pace(x) is word, x
         assert word in verdict(snap(x, False)), x
 
 

@@ -12,6 +12,7 @@ from app.chat.message_labels import footer  # noqa: E402
 from app.chat.token_story import token_story  # noqa: E402
 from app.core.theme import Mark  # noqa: E402
 from app.history.records import UNREADABLE, Role, round_from_dict  # noqa: E402
+from app.history.reply_stats import Tone  # noqa: E402
 from app.history.store import ChatStore  # noqa: E402
 from engine.decoding.events import DoneEvent, FinishReason, RoundEvent, TokenEvent, TokenSource  # noqa: E402
 from chat_view_support import (PIECES, SHOWN, TEXT, make_view, merged, rounds_for, stats,  # noqa: E402
@@ -83,11 +84,11 @@ def test_a_footer_with_the_engines_totals_reads_no_rounds_and_one_without_them_c
     without = store_reply(store, TOKENS, ROUNDS, None, TEXT_1)
     seen = reads(store)
     ft = footer(store.messages(with_totals)[1])
-    assert (ft.numbers, ft.chip, ft.tone) == ("42.5 tok/s · 67% accepted", "helping", "good")  # stats(): 20 of 30
+    assert (ft.numbers, ft.chip, ft.tone) == ("42.5 tok/s · 67% accepted", "helping", Tone.GOOD)  # stats(): 20 of 30
     assert not touches(seen, "rounds")
     # From the rounds alone: the last round's speed (24.0), 6 of 8 drafted kept, the last estimate said (0.9x).
     ft = footer(store.messages(without)[1])
-    assert (ft.numbers, ft.chip, ft.tone) == ("24.0 tok/s · 75% accepted · model 2 · plain 1 rounds", "slower", "bad")
+    assert (ft.numbers, ft.chip, ft.tone) == ("24.0 tok/s · 75% accepted · model 2 · plain 1 rounds", "slower", Tone.BAD)
     assert ft.sentence == "Speculation is slower than plain decoding here (0.90×): Auto would turn it off."
 
 

@@ -16,7 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from app_support import install_tiny, open_window, send  # noqa: E402
 
 from app.chat.message_labels import footer  # noqa: E402
-from app.history.reply_stats import ReplyStats  # noqa: E402
+from app.history.reply_stats import ReplyStats, Tone  # noqa: E402
 from engine.decoding.events import Certainty  # noqa: E402
 from engine.frontends.cli import stats_line  # noqa: E402
 
@@ -39,13 +39,13 @@ def test_a_reply_whose_load_changed_gets_no_number_anywhere(qtbot, tiny, isolate
     assert speedup == "uncertain (load changed)"
     assert "changed" in sentence and not NUMBER.search(sentence) and "helping:" not in sentence
     assert plain is None  # no plain-decoding line in the chart
-    assert (foot.chip, foot.tone) == ("load changed", "neutral") and not NUMBER.search(foot.sentence)
+    assert (foot.chip, foot.tone) == ("load changed", Tone.NEUTRAL) and not NUMBER.search(foot.sentence)
     assert "21.56" not in stats_line(reply_done(reply))
 
     # The same reply with a settled estimate: the number, the verdict and the line are back.
     speedup, sentence, plain, foot = shown(qtbot, w, reply, Certainty.SETTLED, 1.5)
     assert speedup == "1.50×" and "1.50×" in sentence and plain is not None
-    assert (foot.chip, foot.tone) == ("helping", "good")
+    assert (foot.chip, foot.tone) == ("helping", Tone.GOOD)
 
 
 def reply_done(reply):

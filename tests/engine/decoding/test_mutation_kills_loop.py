@@ -28,7 +28,8 @@ from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
 from engine.drafting.policy import AutoK, FixedK
 from engine.drafting.costs import CostModel
 from engine.sampling import Distribution, SamplingParams
-from engine.decoding.speculative import _Text, cut, draft_step, generate, judge_greedy, judge_sampled, judged_aside
+from engine.decoding.speculative import (LoopOptions, _Text, cut, draft_step, generate, judge_greedy, judge_sampled,
+                                         judged_aside)
 from engine.errors import ContextFullError, EngineError
 from test_exactness_greedy import eos_pair, sharp  # noqa: F401 (fixtures: a pair whose target ends its text early)
 from llama_oracle import argmax_chain
@@ -208,7 +209,8 @@ def reply_checked(fresh, max_tokens: int) -> int:
     drafter, policy, costs = ModelDrafter(dm, is_eog=lambda t: False), Recording(k), RecordingCosts()
     events, snapshots = [], []
     t0 = time.perf_counter()
-    for e in generate(target, prompt, GREEDY, drafter, policy, max_tokens=max_tokens, costs=costs):
+    for e in generate(target, prompt, LoopOptions(GREEDY, max_tokens=max_tokens), drafter=drafter, policy=policy,
+                      costs=costs):
         events.append(e)
         if isinstance(e, RoundEvent):
             snapshots.append(list(dm.kv))
@@ -285,7 +287,8 @@ def test_a_rounds_costs_as_the_drafter_and_the_clock_report_them(fresh, monkeypa
     policy, costs = Recording(1), RecordingCosts()
     if slow_clock:
         monkeypatch.setattr(speculative, "time", FakeTime())
-    events = list(generate(target, prompt, GREEDY, drafter, policy, max_tokens=8, costs=costs))
+    events = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=8), drafter=drafter, policy=policy,
+                           costs=costs))
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     assert [e.token_id for e in tokens] == chain[:8]
@@ -328,7 +331,8 @@ def test_a_free_draft_pruned_away_is_judged_by_the_tokens_its_round_emitted(fres
             return d
 
     policy = Recording(2)
-    tokens = [e.token_id for e in generate(target, prompt, GREEDY, Aside(), policy, max_tokens=9) if isinstance(e, TokenEvent)]
+    tokens = [e.token_id for e in generate(target, prompt, LoopOptions(GREEDY, max_tokens=9), drafter=Aside(),
+                                           policy=policy) if isinstance(e, TokenEvent)]
     assert tokens == chain[:9]
     assert [(o.drafted, o.accepted, o.aside) for o in policy.outcomes] == [(2, 2, ((look, 3, 2), (hist, 1, 0)))] * 3
 
@@ -337,7 +341,8 @@ def test_a_round_whose_consumer_stops_listening_is_still_priced(fresh):
     for m in fresh.values():
         m.clear()
     drafter, policy, costs = ModelDrafter(fresh["drafter"], is_eog=lambda t: False), Recording(3), RecordingCosts()
-    events = generate(fresh["target"], prompt_of(fresh), GREEDY, drafter, policy, max_tokens=12, costs=costs)
+    events = generate(fresh["target"], prompt_of(fresh), LoopOptions(GREEDY, max_tokens=12), drafter=drafter,
+                      policy=policy, costs=costs)
     first = next(e for e in events if isinstance(e, TokenEvent))
     events.close()  # as a consumer that stops reading after the first token
     assert first.round == 1 and len(costs.records) == 1
@@ -354,8 +359,8 @@ def test_the_drafter_reads_the_prompt_with_the_target_and_is_handed_the_stop(fre
             return super().propose(context, request, params, rng, prune, stop)
 
     policy, stop = Recording(3), threading.Event()
-    events = list(generate(target, prompt_of(fresh), GREEDY, Watching(dm, is_eog=lambda t: False), policy,
-                           max_tokens=10, stop=stop))
+    events = list(generate(target, prompt_of(fresh), LoopOptions(GREEDY, max_tokens=10),
+                           drafter=Watching(dm, is_eog=lambda t: False), policy=policy, stop=stop))
     assert events[-1].finish_reason is FinishReason.LENGTH and seen and all(s is stop for s in seen)
     # the prompt was read at prefill: no round, the first included, starts with a catch-up
     assert [o.catchup_tokens for o in policy.outcomes] == [0] * len(policy.outcomes)
@@ -381,7 +386,8 @@ def test_auto_leaves_the_prompt_to_its_first_round_and_pays_for_it_there(fresh):
     costs.catchup.add(len(prompt) - 1, 0.001)
     target.clear(), dm.clear()
     auto = AutoK(costs, k_max=3)
-    list(generate(target, prompt, GREEDY, ModelDrafter(dm, is_eog=lambda t: False), auto, max_tokens=8, costs=costs))
+    list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=8), drafter=ModelDrafter(dm, is_eog=lambda t: False),
+                  policy=auto, costs=costs))
     first = costs.records[0]
     assert first.drafted == 3 and first.catchup_tokens == len(prompt) - 1 and first.catchup_s > 0.0
     assert all(o.catchup_tokens == 0 for o in costs.records[1:])
@@ -392,7 +398,8 @@ def test_a_stop_before_the_prompt_is_read_leaves_the_drafter_idle(fresh):
     stop = threading.Event()
     stop.set()
     before = dm.passes
-    events = list(generate(target, prompt_of(fresh), GREEDY, ModelDrafter(dm), FixedK(3), max_tokens=10, stop=stop))
+    events = list(generate(target, prompt_of(fresh), LoopOptions(GREEDY, max_tokens=10), drafter=ModelDrafter(dm),
+                           policy=FixedK(3), stop=stop))
     assert events[-1].finish_reason is FinishReason.CANCELLED
     assert dm.passes == before and dm.kv == [] and target.kv == []
 
@@ -406,7 +413,8 @@ def test_a_failing_round_still_rewinds_the_drafter(fresh, monkeypatch):
 
     monkeypatch.setattr(target, "is_eog", broken)  # after the drafter drafted and the target verified
     with pytest.raises(EngineError, match="check broke"):
-        list(generate(target, prompt, GREEDY, ModelDrafter(dm, is_eog=lambda t: False), FixedK(4), max_tokens=10))
+        list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=10),
+                      drafter=ModelDrafter(dm, is_eog=lambda t: False), policy=FixedK(4)))
     monkeypatch.undo()
     assert dm.kv == prompt[: len(dm.kv)] and target.kv == prompt[:-1]
 
@@ -414,15 +422,15 @@ def test_a_failing_round_still_rewinds_the_drafter(fresh, monkeypatch):
 def test_the_prompt_is_reused_as_far_as_the_cache_holds_it(fresh):
     target, oracle = fresh["target"], fresh["oracle"]
     prompt = prompt_of(fresh)
-    first = list(generate(target, prompt, GREEDY, max_tokens=5))
+    first = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=5)))
     reply = [e.token_id for e in first if isinstance(e, TokenEvent)]
-    again = list(generate(target, prompt, GREEDY, max_tokens=5))  # the same prompt: all but its last token
+    again = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=5)))  # the same prompt: all but its last token
     assert again[-1].stats.prompt_tokens_reused == len(prompt) - 1
     # one token more than the last reply: the cache lacks the reply's last token and this one
     longer = prompt + reply + [target.tokenize(" the", add_special=False)[-1]]
     target.clear()
-    list(generate(target, prompt, GREEDY, max_tokens=5))
-    warm = list(generate(target, longer, GREEDY, max_tokens=6))
+    list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=5)))
+    warm = list(generate(target, longer, LoopOptions(GREEDY, max_tokens=6)))
     assert warm[-1].stats.prompt_tokens_reused == len(longer) - 2
     assert [e.token_id for e in warm if isinstance(e, TokenEvent)] == argmax_chain(oracle, longer, 6)
 
@@ -432,7 +440,7 @@ def test_a_reply_fills_the_context_to_the_last_token(fresh, k):
     target, dm, oracle = fresh["target"], fresh["drafter"], fresh["oracle"]
     prompt = target.tokenize("hello world " * 40, add_special=True)
     drafter = ModelDrafter(dm, is_eog=lambda t: False) if k else None
-    events = list(generate(target, prompt, GREEDY, drafter, FixedK(k), max_tokens=1000))
+    events = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=1000), drafter=drafter, policy=FixedK(k)))
     ids = [e.token_id for e in events if isinstance(e, TokenEvent)]
     # the last token is scored with the cache full: n_ctx + 1 tokens of context in all (plain decoding
     # gets there one token a round; drafts are cut to the room left)
@@ -446,7 +454,8 @@ def test_a_batch_of_one_token_leaves_no_room_to_draft(tiny, models):
     try:
         prompt = target.tokenize(PROMPT, add_special=True)
         models["drafter"].clear()
-        events = list(generate(target, prompt, GREEDY, ModelDrafter(models["drafter"]), FixedK(3), max_tokens=6))
+        events = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=6),
+                               drafter=ModelDrafter(models["drafter"]), policy=FixedK(3)))
         assert all(r.drafted == () for r in events if isinstance(r, RoundEvent))
         assert [e.token_id for e in events if isinstance(e, TokenEvent)] == argmax_chain(models["oracle"], prompt, 6)
     finally:
@@ -467,7 +476,7 @@ def test_after_an_end_of_generation_the_cache_holds_the_reply_without_it(eos_pai
 
     drafter = ModelDrafter(dm, is_eog=target.is_eog) if drafts == "model" else Following()
     try:
-        events = list(generate(target, prompt, GREEDY, drafter, FixedK(4), max_tokens=16))
+        events = list(generate(target, prompt, LoopOptions(GREEDY, max_tokens=16), drafter=drafter, policy=FixedK(4)))
         assert events[-1].finish_reason is FinishReason.STOP
         reply = [e.token_id for e in events if isinstance(e, TokenEvent)]
         last = [e for e in events if isinstance(e, RoundEvent)][-1]
@@ -490,7 +499,8 @@ def test_generate_checks_its_prompt_and_its_defaults(fresh):
         list(generate(target, full))
     target.clear()
     # a policy without a drafter drafts nothing and says so
-    done = list(generate(target, prompt_of(fresh), GREEDY, None, FixedK(3), max_tokens=3))[-1]
+    done = list(generate(target, prompt_of(fresh), LoopOptions(GREEDY, max_tokens=3), drafter=None,
+                         policy=FixedK(3)))[-1]
     assert done.stats.draft_mode == "none" and done.stats.drafted == 0
 
 

@@ -236,7 +236,8 @@ def test_a_look_judges_the_drafters_own_predictions_of_the_replys_tokens(tiny):
 def reply(target, prompt, drafter=None, policy=None, n=40):
     target.clear()
     ctx, _, _ = prefill(target, prompt, drafter, policy or NoDraft(), None)
-    return list(rounds(target, ctx, SamplingParams(), drafter, policy or NoDraft(), n, None, np.random.default_rng(0)))
+    return list(rounds(target, ctx, params=SamplingParams(), drafter=drafter, policy=policy or NoDraft(), max_tokens=n,
+                       stop=None, rng=np.random.default_rng(0)))
 
 
 def test_a_reply_on_auto_drafts_with_the_model_only_after_a_look_and_says_the_same(tiny):
