@@ -18,27 +18,10 @@ from engine.drafting.draft_choice import DraftSpec  # noqa: E402
 from engine.decoding.events import DoneEvent  # noqa: E402
 from engine.llama.types import LoadSettings, StopRequest  # noqa: E402
 from engine.decoding.session import GenerationSettings, Session  # noqa: E402
+from session_reads import chatml, counted_reads  # noqa: E402
 
 QUESTION = "hello world the model is fast"
 NEXT = "python code token"
-
-
-def chatml(s: Session, text: str) -> list[int]:
-    """The tiny target's template text (ChatML, no default system turn) as its tokenizer reads it, after BOS."""
-    return [s.target.vocab_facts().bos, *s.target.tokenize(text, add_special=False, parse_special=True)]
-
-
-def counted_reads(s: Session) -> list[int]:
-    """The sizes of the drafter's real decode calls from now on."""
-    reads: list[int] = []
-    decode = s.draft_model.decode
-
-    def counted(tokens, *args, **kwargs):
-        reads.append(len(tokens))
-        return decode(tokens, *args, **kwargs)
-
-    s.draft_model.decode = counted
-    return reads
 
 
 def test_the_drafter_reads_a_finished_conversation_and_the_next_reply_reads_only_its_question(tiny):

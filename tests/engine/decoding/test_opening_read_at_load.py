@@ -18,7 +18,7 @@ from engine.drafting.request import DraftRequest
 from engine.decoding.replay import CostProfile, Trace, fixed_policy, load_traces, simulate
 from engine.decoding.session import GenerationSettings, Session
 
-from test_read_ahead import counted_reads
+from session_reads import counted_reads
 
 
 def test_the_drafter_holds_the_template_opening_after_a_load_and_after_a_reset(tiny):
