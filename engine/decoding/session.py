@@ -66,6 +66,8 @@ class GenerationSettings:
     """Most tokens in the reply."""
     p_min: float = 0.0
     """Model drafter stops drafting when its top probability falls below this."""
+    stop: tuple[str, ...] = ()
+    """Text that ends the reply, itself left out (an API client's `stop`), besides the template's own."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draft_max", DraftLength.parse(self.draft_max))
@@ -371,7 +373,8 @@ class Session(Measuring):
             drafter=self.drafter, max_tokens=settings.max_tokens,
             policy=self.policy_for(settings, tokens[:reply_from], continues=reply_from is not None and reply_from < len(tokens)),
             stop=stop, costs=self.costs, note="; ".join([*self.notes, *notes]),
-            control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
+            control=self.control_rounds, stop_strings=(*(self.stop_strings if chat else ()), *settings.stop),
+            p_min=settings.p_min,
             reply_from=reply_from,
         )
         return self._keeping(_thinking_apart(events, thinking_open) if chat else events)
