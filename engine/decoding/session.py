@@ -294,6 +294,10 @@ class Session(Measuring):
                 return list(token_ids)
         return t.tokenize(text, add_special=False, parse_special=False)
 
+    def conversation_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        """How many tokens the whole conversation is with the chat template, nothing dropped (as render counts)."""
+        return len(self._tokens_for([dict(m) for m in messages])[0])
+
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` is for the target, as it stands inside a message."""
         return len(self.target.tokenize(text, add_special=False, parse_special=False))

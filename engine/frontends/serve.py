@@ -148,9 +148,7 @@ class ServedJob:
             except EngineError as exc:  # the template refuses this conversation
                 raise bad(str(exc), "messages") from None
             if rendered.dropped_messages:  # the app's rule drops old turns; an API client must hear of it
-                text = session.render_text(list(req.messages))
-                raise _too_long(len(session.target.tokenize(text, add_special=False, parse_special=True)), n_ctx,
-                                "messages")
+                raise _too_long(session.conversation_tokens(req.messages), n_ctx, "messages")
             n = len(rendered.tokens)
             events = session.reply(rendered, req.settings)
         self._put(Started(n))
@@ -185,8 +183,10 @@ class Engine(Protocol):
 class EngineThread:
     """The command's engine thread: owns a Session and runs the jobs submitted to it, in order."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, observe: Callable[[ServedJob, Event], None] | None = None) -> None:
+        """`observe(job, event)`, if given, sees each event on the engine thread after its client was sent it."""
         self.session = session
+        self._observe = observe
         self._model = ServedModel.of(session)
         self._jobs: queue.Queue[ServedJob | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
@@ -201,8 +201,9 @@ class EngineThread:
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:
-                for _ in job.run(self.session):
-                    pass
+                for ev in job.run(self.session):
+                    if self._observe is not None:
+                        self._observe(job, ev)
             finally:
                 self._jobs.task_done()
 
