@@ -62,9 +62,12 @@ class ServedModel:
 
     @classmethod
     def of(cls, session: Session) -> "ServedModel":
-        path = Path(session.target.path)
-        created = int(path.stat().st_mtime) if path.exists() else 0
-        return cls(path.name.removesuffix(".gguf"), path.name, session.spec.label, session.target.n_ctx, created)
+        return cls.named(Path(session.target.path), session.spec.label, session.target.n_ctx)
+
+    @classmethod
+    def named(cls, target: Path, drafter: str, n_ctx: int) -> "ServedModel":
+        created = int(target.stat().st_mtime) if target.exists() else 0
+        return cls(target.name.removesuffix(".gguf"), target.name, drafter, n_ctx, created)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class ServedJob:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._on_end = on_end
         self._stop: threading.Event | None = None  # the running reply's stop request
+        self.error: ApiError | None = None
+        """Why the request was refused or failed (set on the engine thread before its end is sent)."""
 
     # -- the server's side (its event loop) ------------------------------------------------------
     async def next(self) -> Any:
@@ -122,11 +127,11 @@ class ServedJob:
                 self._put(ev)
                 yield ev
         except ApiError as exc:
-            self._put(exc)
+            self._fail(exc)
         except EngineError as exc:
-            self._put(ApiError(ErrorKind.ENGINE, str(exc), "engine_error"))
+            self._fail(ApiError(ErrorKind.ENGINE, str(exc), "engine_error"))
         except Exception as exc:  # noqa: BLE001 - a bug of ours: the client hears of it, the server stays up
-            self._put(ApiError(ErrorKind.ENGINE, f"internal error ({type(exc).__name__}: {exc})", "internal_error"))
+            self._fail(ApiError(ErrorKind.ENGINE, f"internal error ({type(exc).__name__}: {exc})", "internal_error"))
         finally:
             self._stop = None
             self.ended_at = time.monotonic()
@@ -153,6 +158,10 @@ class ServedJob:
             events = session.reply(rendered, req.settings)
         self._put(Started(n))
         return events
+
+    def _fail(self, exc: ApiError) -> None:
+        self.error = exc
+        self._put(exc)
 
     def _put(self, item: Any) -> None:
         try:
