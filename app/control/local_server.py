@@ -15,7 +15,8 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from engine.decoding.events import Event
 from engine.errors import EngineError
-from engine.frontends.serve import BackgroundServer, ServedJob, ServedModel, ServerOptions
+from engine.frontends.serve import BackgroundServer, ServerOptions
+from engine.frontends.serve_engine import ServedJob, ServedModel
 from engine.frontends.serve_api import Endpoint
 
 from app.control.pairing import Pairing

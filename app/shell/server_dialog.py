@@ -76,6 +76,8 @@ class ServerDialog(QDialog):
         split = QSplitter(Qt.Orientation.Horizontal)
         self.list = QListWidget()
         self.list.setAccessibleName("Served requests")
+        self.list.setWordWrap(True)  # a question and its state on two lines, never a sideways scroll
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.currentRowChanged.connect(self._show_row)
         middle = QWidget()
         mid = QVBoxLayout(middle)
@@ -93,7 +95,7 @@ class ServerDialog(QDialog):
         split.addWidget(middle)
         split.addWidget(self.stats)
         split.setStretchFactor(1, 1)
-        split.setSizes([220, 520, 260])
+        split.setSizes([230, 540, 300])
         lay.addWidget(split, 1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
@@ -158,7 +160,7 @@ class ServerDialog(QDialog):
 
     def _label(self, r: ServedReply) -> str:
         asked = " ".join(r.question.content.split())
-        asked = asked if len(asked) <= 40 else asked[:39] + "…"
+        asked = asked if len(asked) <= 28 else asked[:27] + "…"
         return f"#{r.number} {asked}\n   {r.status}"
 
     def _title(self, r: ServedReply) -> str:
