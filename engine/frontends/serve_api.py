@@ -23,6 +23,8 @@ EXTENSION = "draftlight"
 """The key of the extension object in every reply and chunk."""
 MAX_STOPS = 16
 """Most stop strings a request may give (OpenAI allows 4; llama-server more)."""
+UNSUPPORTED = ("tools", "functions", "logprobs", "logit_bias", "echo", "suffix")
+"""Fields refused with 400 when set; other unknown fields (penalties, user, ...) are ignored."""
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -103,6 +105,13 @@ def parse_request(body: bytes, endpoint: Endpoint, defaults: GenerationSettings,
     if model not in models:
         raise ApiError(ErrorKind.NOT_FOUND, f"The model '{model}' does not exist; this server serves "
                        + ", ".join(f"'{m}'" for m in models), "model_not_found", "model")
+    for name in UNSUPPORTED:
+        if data.get(name):  # silently ignored, they would change what the client gets back unasked
+            raise bad(f"'{name}' is not supported by this server", name, "unsupported_parameter")
+    response_format = data.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type", "text") != "text":
+        raise bad("only text replies: 'response_format' must be {\"type\": \"text\"}", "response_format",
+                  "unsupported_parameter")
     n = _opt(data, "n", int, 1)
     if n != 1:
         raise bad("only n=1 is supported: one reply per request", "n")

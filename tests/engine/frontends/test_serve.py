@@ -67,10 +67,11 @@ def reference(session: Session, messages, max_tokens: int = 24) -> DoneEvent:
                                                           max_tokens=max_tokens)))[-1]
 
 
-def wait_idle(server) -> None:
+def wait_idle(server_or_engine) -> None:
     """Until the engine thread has nothing queued or running (no time limit: the test's own timeout bounds it)."""
+    engine = getattr(server_or_engine, "engine", server_or_engine)
     done = threading.Event()
-    while not server.engine.idle():
+    while not engine.idle():
         done.wait(0.01)
 
 
@@ -165,6 +166,10 @@ def test_curl_sees_server_sent_events(served):
      400, None, "messages[0].content"),
     (json.dumps({"model": "tiny-target", "messages": CHAT, "n": 2}).encode(), 400, None, "n"),
     (json.dumps({"model": "gpt-4o", "messages": CHAT}).encode(), 404, "model_not_found", "model"),
+    (json.dumps({"model": "tiny-target", "messages": CHAT, "tools": [{"type": "function"}]}).encode(), 400,
+     "unsupported_parameter", "tools"),
+    (json.dumps({"model": "tiny-target", "messages": CHAT, "response_format": {"type": "json_object"}}).encode(), 400,
+     "unsupported_parameter", "response_format"),
     (json.dumps({"messages": CHAT}).encode(), 400, None, "model"),
 ])
 def test_bad_input_is_a_4xx_in_openai_shape_and_the_server_stays_up(served, body, status, code, param):
@@ -344,3 +349,39 @@ def test_a_thinking_model_streams_its_reasoning_apart(tmp_path):
         server.stop()
         engine.close()
         session.close()
+
+
+def test_a_client_that_leaves_while_waiting_is_skipped(pair):
+    from engine.frontends.serve_engine import ServedJob
+
+    recorder = Recorder()
+    engine = EngineThread(pair, observe=recorder)
+    server = BackgroundServer(engine, ServerOptions(GREEDY)).start()
+    gate = threading.Event()
+
+    class Gate:
+        def run(self, session):
+            gate.wait()
+            return iter(())
+
+    def queued() -> list:
+        return [j for j in list(engine._jobs.queue) if isinstance(j, ServedJob)]
+
+    try:
+        engine.submit(Gate())
+        body = {"model": "tiny-target", "messages": CHAT, "max_tokens": 4, "stream": True}
+        with httpx.Client() as http:
+            with pytest.raises(httpx.ReadTimeout):  # it gives up before its turn and closes the connection
+                with http.stream("POST", f"{server.url}/chat/completions", json=body, timeout=httpx.Timeout(
+                        300, read=0.5)) as r:
+                    r.read()
+        while not (queued() and all(j.cancelled.is_set() for j in queued())):
+            gate.wait(0.01)
+        gate.set()
+        wait_idle(engine)
+        assert recorder.done == {}  # it never ran
+        assert httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=300).json()["pending"] == 0
+    finally:
+        gate.set()
+        server.stop()
+        engine.close()
