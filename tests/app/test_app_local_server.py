@@ -83,3 +83,31 @@ def test_the_window_serves_its_pair_and_shows_the_request_live(qtbot, tiny, isol
         raise AssertionError("the server still answers")
     except httpx.ConnectError:
         pass
+
+
+def test_closing_the_window_mid_stream_ends_the_served_reply(qtbot, tiny, isolated_home):
+    """The server is on and a client is reading a long stream when the window closes: the client's stream ends
+    (cut or finished) and the window closes as it does with a reply of its own running."""
+    install_tiny(tiny, isolated_home, draft_max=3, max_tokens=2000)
+    w = open_window(qtbot)
+    w.open_local_server()
+    dlg = w.server_dialog
+    dlg.port.setValue(free_port())
+    qtbot.mouseClick(dlg.switch, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(dlg.address.text()))
+    url = dlg.address.text()
+
+    def read_stream() -> str:
+        try:
+            with httpx.stream("POST", f"{url}/chat/completions", timeout=120, json={
+                    "model": "tiny-target", "messages": [{"role": "user", "content": PROMPT}], "stream": True}) as r:
+                return "".join(r.iter_text())
+        except httpx.HTTPError as exc:  # the connection cut mid-stream is one of the two right endings
+            return f"cut: {type(exc).__name__}"
+
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(read_stream)
+        qtbot.waitUntil(lambda: dlg.shown is not None and len(dlg.shown.message.tokens) > 0, timeout=REPLY_TIMEOUT_MS)
+        w.close()
+        got = reading.result(timeout=120)
+    assert got.startswith("cut: ") or got.rstrip().endswith("data: [DONE]")
