@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import json
 import math
+import os
 import socket
 import sys
 import threading
@@ -63,7 +64,7 @@ class Admission:
 
     def leave(self, job: ServedJob) -> None:
         self.pending -= 1
-        if job.ended_at is not None:
+        if job.started_at is not None and job.ended_at is not None:  # it ran (a skipped one says nothing of the pace)
             self._recent.append(job.ended_at - job.started_at)
 
 
@@ -289,7 +290,9 @@ def register(sub) -> None:
     add_sampling_options(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
-    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
+    s.add_argument("--api-key", default=os.environ.get("DRAFTLIGHT_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on every request (default: $DRAFTLIGHT_API_KEY, which "
+                        "keeps the key out of the process list)")
     s.add_argument("--queue", type=_queue_arg, default=DEFAULT_QUEUE,
                    help=f"requests that may wait while one is generated; more get 429 (default {DEFAULT_QUEUE})")
     s.set_defaults(func=cmd_serve)

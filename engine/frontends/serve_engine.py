@@ -68,7 +68,8 @@ class ServedJob:
         self.id = next(ServedJob._ids)
         self.request = request
         self.cancelled = threading.Event()
-        self.started_at = time.monotonic()
+        self.started_at: float | None = None
+        """When the engine thread began it (None: not yet, or skipped as cancelled)."""
         self.ended_at: float | None = None
         self._loop = loop
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -95,6 +96,7 @@ class ServedJob:
         try:
             if self.cancelled.is_set():
                 return
+            self.started_at = time.monotonic()
             if session is None:
                 raise ApiError(ErrorKind.NO_MODEL, "no model is loaded: load a pair in Draftlight first", "no_model")
             events = self._start(session)
