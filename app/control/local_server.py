@@ -128,7 +128,7 @@ class LocalServer(QObject):
         port = s.server_port if port is None else port
         key = s.server_key if key is None else key
         self.prefs.update(server_port=port, server_key=key)
-        options = ServerOptions(generation_settings_of(self.prefs.settings), api_key=key or None)
+        options = ServerOptions(api_key=key or None, live_defaults=lambda: generation_settings_of(self.prefs.settings))
         try:
             self._server = BackgroundServer(self, options, HOST, port).start()
         except (OSError, EngineError) as exc:

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
@@ -78,6 +79,8 @@ class ServerOptions:
     """Requests must send `Authorization: Bearer KEY` (None: no key is asked for)."""
     queue: int = DEFAULT_QUEUE
     """Requests that may wait while one is generated."""
+    live_defaults: Callable[[], GenerationSettings] | None = None
+    """If given, read at each request instead of `defaults` (the app: its settings as they are now)."""
 
 
 def make_app(engine: Engine, options: ServerOptions = ServerOptions()) -> Starlette:
@@ -118,7 +121,8 @@ def make_app(engine: Engine, options: ServerOptions = ServerOptions()) -> Starle
         check_key(request)
         body = await request.body()
         served = model()
-        req = parse_request(body, endpoint, options.defaults, (served.id, served.target))
+        defaults = options.live_defaults() if options.live_defaults is not None else options.defaults
+        req = parse_request(body, endpoint, defaults, (served.id, served.target))
         admission.enter()
         job = ServedJob(req, asyncio.get_running_loop(), on_end=admission.leave)
         engine.submit(job)

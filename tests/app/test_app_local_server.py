@@ -74,6 +74,18 @@ def test_the_window_serves_its_pair_and_shows_the_request_live(qtbot, tiny, isol
     assert text.strip() in dlg.view.toPlainText()  # Markdown drops the leading space
     assert dlg.stats.fields["tokens"].text() == str(usage["completion_tokens"])
 
+    # The window's settings are the served defaults as they are now (a request that sets no max_tokens).
+    assert usage["completion_tokens"] > 5
+    w.controller.update_settings(max_tokens=5)
+    c = openai.OpenAI(base_url=url, api_key="k-123", max_retries=0, timeout=120)
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(c.chat.completions.create, model="tiny-target", temperature=0,
+                             messages=[{"role": "user", "content": PROMPT}])
+        qtbot.waitUntil(served.done, timeout=REPLY_TIMEOUT_MS)
+    short = served.result()
+    assert short.usage.completion_tokens == 5 and short.choices[0].finish_reason == "length"
+    qtbot.waitUntil(lambda: dlg.list.count() == 2 and dlg.shown is not req)
+
     # The chat still answers on the same engine thread, and the server is off again with one click.
     assert send(qtbot, w).content
     qtbot.mouseClick(dlg.switch, Qt.MouseButton.LeftButton)
