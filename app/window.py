@@ -471,6 +471,17 @@ class MainWindow(QMainWindow):
         self.models_dialog = None
         self.focus_input()
 
+    def open_local_server(self) -> None:
+        """Models ▸ Local server: one dialog, not modal (the chat stays usable while clients are served)."""
+        from app.shell.server_dialog import ServerDialog
+
+        dlg = getattr(self, "server_dialog", None)
+        if dlg is None:
+            dlg = self.server_dialog = ServerDialog(self.controller, self)
+        dlg.show()
+        dlg.raise_()
+        dlg.activateWindow()
+
     def open_compare(self) -> None:
         from app.stats.compare_dialog import CompareDialog
 

@@ -32,6 +32,7 @@ from engine.attachments import Attachment
 from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations
+from app.control.local_server import LocalServer
 from app.control.pairing import Pairing, drafter_label
 from app.control.past_chats import PastChats
 from app.control.preferences import Preferences
@@ -95,6 +96,8 @@ class ChatController(QObject):
         self.pairing = Pairing(self.prefs, self.worker, interrupt=lambda: self.replies.interrupt(), parent=self)
         self.replies = Replies(self.prefs, self.worker, self.conversations, self.pairing, parent=self)
         self.past_chats = PastChats(self.prefs, self.worker, parent=self)
+        self.local_server = LocalServer(self.prefs, self.worker, self.pairing, parent=self)
+        """Models ▸ Local server: the loaded pair served to other programs (off until turned on)."""
         self.thread.start()
 
         for part in (self.prefs, self.conversations, self.pairing, self.replies, self.past_chats):
@@ -145,6 +148,7 @@ class ChatController(QObject):
         if self._closed:
             return
         self._closed = True
+        self.local_server.close()  # clients hear the stream end; nothing new reaches the engine thread
         self.pairing.close()
         self.replies.closed = True
         self.worker.close_soon()

@@ -82,6 +82,10 @@ class AppSettings:
     """Prompt lookup also drafts from an index of past conversations (opt-in: it stores their token n-grams)."""
     history_cap_mb: int = 64
     """Most megabytes that index may hold, in memory and on disk."""
+    server_port: int = 8080
+    """The local server's port (Models ▸ Local server; the server itself is off at every launch)."""
+    server_key: str = ""
+    """The API key its clients must send ("" : none asked for)."""
     notes_seen: tuple[str, ...] = ()
     """Notes about a pair already shown over the chat (a copy made for this CPU, a missing chat template): each
     comes once, not at every launch; the status line keeps saying it. The last NOTES_KEPT."""
@@ -164,6 +168,7 @@ _CHECKS = {
     "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
     "n_threads": lambda v: v is None or (isinstance(v, int) and v >= 1),
     "history_cap_mb": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,
+    "server_port": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65535,
     "window_geometry": _is_base64,
     "window_splitter": _is_base64,
 }

@@ -112,6 +112,8 @@ class WindowCommands(QObject):
         self.auto = command(w, "&Automatic draft length", "Let the engine choose the draft length from measured "
                             "costs, down to no drafting when speculation would be slower", keys("Alt+A"),
                             checkable=True)
+        self.local_server = command(w, "Local se&rver…", "Serve the loaded pair to other programs on this computer "
+                                    "(an OpenAI-compatible API) and watch their requests live")
         self.sampling = command(w, "&Sampling…", "Temperature, top-k, top-p, min-p, seed, max tokens, system prompt",
                                 keys("Alt+S"))
         # Help
@@ -139,7 +141,7 @@ class WindowCommands(QObject):
                        self.next_message, self.message_actions, self.message_box, None, self.rename_chat,
                        self.delete_chat]),
             ("&Models", [self.models, self.hardware, None, self.target, self.drafter, self.draft_length, self.auto,
-                         self.sampling]),
+                         self.sampling, None, self.local_server]),
             ("&Help", [self.shortcuts, self.about]),
         ]
         for title, items in menus:
@@ -194,6 +196,7 @@ class WindowCommands(QObject):
         self.draft_length.triggered.connect(self._draft_length)
         self.auto.toggled.connect(bar.auto.setChecked)
         self.sampling.triggered.connect(lambda: bar.sampling.popup_under(bar.sampling_button))
+        self.local_server.triggered.connect(w.open_local_server)
         self.shortcuts.triggered.connect(self._show_shortcuts)
         self.about.triggered.connect(self._about)
         pane.find_bar.closed.connect(w.focus_input)

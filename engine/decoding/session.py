@@ -66,6 +66,8 @@ class GenerationSettings:
     """Most tokens in the reply."""
     p_min: float = 0.0
     """Model drafter stops drafting when its top probability falls below this."""
+    stop: tuple[str, ...] = ()
+    """Text that ends the reply, itself left out (an API client's `stop`), besides the template's own."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draft_max", DraftLength.parse(self.draft_max))
@@ -292,6 +294,10 @@ class Session(Measuring):
                 return list(token_ids)
         return t.tokenize(text, add_special=False, parse_special=False)
 
+    def conversation_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        """How many tokens the whole conversation is with the chat template, nothing dropped (as render counts)."""
+        return len(self._tokens_for([dict(m) for m in messages])[0])
+
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` is for the target, as it stands inside a message."""
         return len(self.target.tokenize(text, add_special=False, parse_special=False))
@@ -368,7 +374,8 @@ class Session(Measuring):
             m.watch(stop)
         options = LoopOptions(
             settings.sampling, max_tokens=settings.max_tokens, note="; ".join([*self.notes, *notes]),
-            control=self.control_rounds, stop_strings=self.stop_strings if chat else (), p_min=settings.p_min,
+            control=self.control_rounds, stop_strings=(*(self.stop_strings if chat else ()), *settings.stop),
+            p_min=settings.p_min,
             reply_from=reply_from,
         )
         events = generate(

@@ -53,11 +53,14 @@ class Variant:
     draft_max: DraftLength
     history: bool = False
     """Prompt lookup drafts from past conversations too (an index of the other conversations)."""
+    served: bool = False
+    """Through the local server, timed at its HTTP client (engine.frontends.bench_served)."""
 
     @property
     def family(self) -> str:
-        """Which drafter: Auto is compared with the fixed draft lengths of the same drafter."""
-        return HISTORY if self.history else self.draft.label
+        """Which drafter: Auto is compared with the fixed draft lengths of the same drafter (not served ones)."""
+        base = HISTORY if self.history else self.draft.label
+        return f"{base} (served)" if self.served else base
 
     @property
     def fixed(self) -> bool:
@@ -219,6 +222,8 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
     if prompt.history:  # as in the app, which reads a conversation into the drafter after each reply
         session.read_ahead(prompt.history)
     settings = GenerationSettings(draft_max=variant.draft_max if variant else DraftLength.fixed(0), max_tokens=max_tokens)
+    if variant is not None and variant.served:
+        return _served(session, prompt, variant, settings, repeat)
     ids: list[int] = []
     seconds: list[tuple[int | None, float | None]] = []
     rounds: list[tuple[int, int, int, float, float, str]] = []
@@ -242,6 +247,27 @@ def _one_run(session: Session, prompt: BenchPrompt, variant: Variant | None, max
         certainty=str(s.certainty),
         second_choices=seconds, python_ms_per_token=1000 * s.python_s / s.tokens if s.tokens else 0.0,
         family=variant.family if variant else PLAIN, fixed=variant.fixed if variant else True, rounds=rounds,
+    )
+
+
+def _served(session: Session, prompt: BenchPrompt, variant: Variant, settings: GenerationSettings,
+            repeat: int) -> RunResult:
+    from engine.frontends.bench_served import served_run
+
+    got = served_run(session, prompt.messages, settings)
+    s, times = got["stats"], got["arrivals"]
+    n = len(got["token_ids"])
+    gen_s = (times[-1] - s["prefill_s"]) if times else 0.0
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    return RunResult(
+        prompt_id=prompt.id, category=prompt.category, variant=variant.name, repeat=repeat, tokens=n,
+        tokens_per_s=n / gen_s if gen_s > 0 else 0.0, acceptance_rate=s["acceptance_rate"],
+        mean_accepted_per_round=s["mean_accepted_per_round"], ttft_s=times[0] if times else 0.0,
+        itl_p50_s=gaps[len(gaps) // 2] if gaps else 0.0, itl_p95_s=gaps[int(0.95 * (len(gaps) - 1))] if gaps else 0.0,
+        python_share=s["python_s"] / got["wall_s"], estimated_speedup=s["estimated_speedup"],
+        finish_reason=got["finish"], wall_s=got["wall_s"], token_ids=got["token_ids"], certainty=s["certainty"],
+        second_choices=[(None, None)] * n, python_ms_per_token=1000 * s["python_s"] / n if n else 0.0,
+        family=variant.family, fixed=variant.fixed, rounds=got["rounds"],
     )
 
 

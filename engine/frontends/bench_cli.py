@@ -48,6 +48,9 @@ def register(sub) -> None:
     add_history_options(b)
     b.add_argument("--busy-half", action="store_true",
                    help="a busy loop takes one core for every other prompt group: the verdict must follow the load")
+    b.add_argument("--served", action="store_true",
+                   help="also run the first variant through the local server (engine serve), streamed over HTTP and "
+                        "timed at the client: what serving costs")
     b.add_argument("--out", type=Path, required=True, help="folder for report.json, report.md and chart.png")
     b.add_argument("--docs", type=Path, default=None, metavar="FILE",
                    help="also write the run's headline tables, headed by its command, commit and machine, "
@@ -56,7 +59,8 @@ def register(sub) -> None:
 
 
 def cmd_bench(args) -> int:
-    from engine.frontends.bench import load_prompts, parse_variants, run_bench
+    from engine.drafting.draft_choice import DraftSpec
+    from engine.frontends.bench import Variant, load_prompts, parse_variants, run_bench
     from engine.frontends.bench_report import meta_for, record_traces, write_report
     from engine.errors import EngineError
     from engine.decoding.session import Session
@@ -67,6 +71,11 @@ def cmd_bench(args) -> int:
         raise EngineError("the benchmark draws its chart with matplotlib: pip install -e '.[bench]'") from None
     items = [i.strip() for d in (args.draft or ["lookup"]) for i in d.split(",") if i.strip()]
     variants = parse_variants(items, args.draft_max)
+    if args.served:
+        from dataclasses import replace
+
+        base = variants[0] if variants else Variant("plain", DraftSpec.NONE, DraftLength.fixed(0))
+        variants.append(replace(base, name=f"{base.name} (served)", served=True))
     prompts = load_prompts(args.prompts)
     if args.categories:
         wanted = {c.strip() for c in args.categories.split(",")}
@@ -98,6 +107,10 @@ def cmd_bench(args) -> int:
             record_traces(session, prompts, results, models[0] if models else None, args.traces, args.max_tokens)
         paths = write_report(results, meta, args.out, docs=args.docs)
     finally:
+        if args.served:
+            from engine.frontends.bench_served import close_servers
+
+            close_servers()
         session.close()
     print(paths["md"].read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)

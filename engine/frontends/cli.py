@@ -153,10 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from engine.frontends import bench_cli
 
-    from engine.frontends import models_cli
+    from engine.frontends import models_cli, serve
 
     bench_cli.register(sub)
     models_cli.register(sub)
+    serve.register(sub)
     return parser
 
 

@@ -134,6 +134,10 @@ class EngineWorker(QObject):
     """Reply `id` is over (after its DoneEvent or its failure): the thread is free."""
     sig_past_chats = Signal(object)
     """What the index of past chats holds and does now (PastChatsStatus)."""
+    sig_served = Signal(object, object)
+    """One engine event of a request the local server sent (its job, the event): app.control.local_server."""
+    sig_served_finished = Signal(object)
+    """A served request is over (its job: `job.error` says why when it was refused): the thread is free."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -309,6 +313,20 @@ class EngineWorker(QObject):
             if done and self._past.index is not None:  # after the news: the window need not wait for this
                 self._past.add(session, req.messages, req.settings, prefix + reply_ids, req.conversation)
                 self.sig_past_chats.emit(self._past.status(session))
+            if self._closing:
+                self._close()
+
+    @Slot(object)
+    def serve(self, job) -> None:
+        """A request from the local server (engine.frontends.serve.ServedJob), in its turn among the window's own:
+        the job answers its client itself (and refuses when nothing is loaded); its events are shown live too."""
+        self._idle.clear()
+        try:
+            for ev in job.run(None if self._closing else self._session):
+                self.sig_served.emit(job, ev)
+        finally:
+            self.sig_served_finished.emit(job)
+            self._idle.set()
             if self._closing:
                 self._close()
 
