@@ -51,6 +51,7 @@ from app.notice_bar import NoticeBar
 from app.history.records import Role
 from app.history.reply_stats import StatsSnapshot
 from app.shell.fold import FoldingPane
+from app.shell.import_job import ImportJob
 from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
@@ -511,8 +512,9 @@ class MainWindow(QMainWindow):
     def import_chat(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()),
                                               "JSON Lines (*.jsonl);;All files (*)")
-        if path:
-            self.controller.import_chat(Path(path))
+        if path and not self.controller.refused("importing a chat"):
+            self.import_job = ImportJob(self, self.controller, Path(path))  # read off the GUI thread, with Cancel
+            self.import_job.start()
 
     def _write(self, write, path: Path) -> None:
         try:
