@@ -262,18 +262,34 @@ def _owner(r: dict, messages: dict[Any, Message]) -> Message:
 
 
 def _event(kind: str, r: dict, m: Message) -> None:
-    body = {k: v for k, v in r.items() if k not in ("message", "type")}
+    try:
+        _read_event(kind, {k: v for k, v in r.items() if k not in ("message", "type")}, m)
+    except (TypeError, AttributeError) as exc:  # a field of the wrong kind deep inside the engine's record
+        raise ValueError(f"this {kind} record is not as an export writes it ({exc})") from None
+
+
+def _whole(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{what} must be a whole number")
+    return value
+
+
+def _read_event(kind: str, body: dict, m: Message) -> None:
     if kind == "round":
+        _whole(body.get("round"), "a round's number")
         event = round_from_dict(body)
         m.rounds[event.round] = event
     elif kind == "token":
         t = token(*(body[f] for f in _TOKEN_FIELDS), body.get("runner_up"), body.get("margin"))
+        _whole(t.round, "a token's round")
         if t.index != len(m.tokens):
             raise ValueError(f"token {t.index} of message {m.id!r} comes where token {len(m.tokens)} belongs")
         if not isinstance(t.text, str) or not isinstance(t.token_id, int):
             raise ValueError("a token's text must be text and its id a number")
         m.tokens.append(t)
     elif kind == "done":
+        if not isinstance(body["stats"], dict):
+            raise ValueError("a reply's totals must be an object")
         m.stats = stats_from_dict(body["stats"])
         if body.get("finish_reason") is not None:
             m.finish_reason = FinishReason(body["finish_reason"])
