@@ -31,7 +31,7 @@ from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
 from engine.decoding.reasoning import split_reply
 from engine.sampling import SamplingParams
-from engine.decoding.session import GenerationSettings
+from engine.decoding.session import EARLIER_CHARS, EARLIER_MESSAGES, GenerationSettings
 
 from app.control.conversations import Conversations, title_of
 from app.control.pairing import Pairing, drafter_label, pair_problem
@@ -82,7 +82,11 @@ def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[st
         if thinking:
             turn["reasoning_content"] = thinking
         if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
-            out[-1] = {**out[-1], **turn, "content": out[-1]["content"] + "\n\n" + text}
+            before = out[-1]["content"] + "\n\n"
+            out[-1] = {**out[-1], **turn, "content": before + text}
+            if m.role == Role.USER:  # what the engine drops first when the joined turn does not fit
+                joined = int(out[-1].get(EARLIER_MESSAGES, "0")) + 1
+                out[-1].update({EARLIER_MESSAGES: str(joined), EARLIER_CHARS: str(len(before))})
         else:
             out.append(turn)
     return out

@@ -3,8 +3,10 @@
 Context rule (documented in the README): the system prompt and the newest user message are
 always kept. While the rendered conversation plus room for the reply (max_tokens, at most half
 the context) does not fit, the oldest remaining exchange (a user message and the replies after
-it) is dropped. If the system prompt and the newest message alone do not fit, the request fails
-with ContextFullError before anything is generated.
+it) is dropped. When the newest message holds earlier questions joined into it (questions in a row are
+sent as one turn, the app says which part with EARLIER_MESSAGES / EARLIER_CHARS), those go next. If the
+system prompt and the newest message alone do not fit, the request fails with ContextFullError before
+anything is generated.
 """
 from __future__ import annotations
 
@@ -80,6 +82,29 @@ class RenderedPrompt:
     """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
     reply_from: int | None = None
     """Where the reply starts in `tokens`: after the template's frame for it, before a reply prefix."""
+
+
+EARLIER_MESSAGES = "earlier_messages"
+"""A user turn's key: how many earlier messages were joined into it (questions in a row are sent as one turn)."""
+EARLIER_CHARS = "earlier_chars"
+"""A user turn's key: how many of its first characters are those earlier messages (and the gap after them)."""
+
+
+def _earlier_part(turn: dict) -> tuple[int, int] | None:
+    """(messages, characters) of earlier messages joined into this turn, taken out of it; None when none."""
+    count, chars = turn.pop(EARLIER_MESSAGES, None), turn.pop(EARLIER_CHARS, None)
+    try:
+        count, chars = int(count), int(chars)
+    except (TypeError, ValueError):
+        return None
+    return (count, chars) if count > 0 and 0 < chars < len(turn.get("content", "")) else None
+
+
+def _plain(turn: dict) -> dict:
+    """The turn as the chat template is given it (without the keys that say what was joined into it)."""
+    if EARLIER_MESSAGES not in turn and EARLIER_CHARS not in turn:
+        return dict(turn)
+    return {k: v for k, v in turn.items() if k not in (EARLIER_MESSAGES, EARLIER_CHARS)}
 
 
 class Session(Measuring):
@@ -255,29 +280,52 @@ class Session(Measuring):
         msgs = [dict(m) for m in messages]
         if not msgs or msgs[-1].get("role") != "user":
             raise EngineError("a chat request must end with a user message")
+        earlier = _earlier_part(msgs[-1])
         reserve = min(reserve, self.target.n_ctx // 2)
-        dropped = 0
-        while True:
+        first = 1 if msgs[0].get("role") == "system" else 0
+        # Where each droppable exchange begins (a user message and the replies after it; the newest stays).
+        cuts = [first] + [j for j in range(first + 1, len(msgs) - 1) if msgs[j].get("role") == "user"]
+        cuts.append(max(first, len(msgs) - 1))
+
+        def fitting(drop: int) -> tuple[bool, list[int], str]:
+            tokens, text = self._tokens_for(msgs[:first] + msgs[cuts[drop]:])
+            tokens += reply_prefix
+            return len(tokens) + reserve <= self.target.n_ctx, tokens, text
+
+        # The fewest oldest exchanges to drop, found by halving: a long imported history took one render and
+        # tokenization of the whole chat per exchange dropped.
+        fits, tokens, text = fitting(0)
+        drop = 0
+        if not fits:
+            drop = len(cuts) - 1
+            fits, tokens, text = fitting(drop)  # all dropped: when even that is too long, no search
+            lo, hi = 1, drop - 1
+            while fits and lo <= hi:
+                mid = (lo + hi) // 2
+                got = fitting(mid)
+                if got[0]:
+                    drop, (fits, tokens, text), hi = mid, got, mid - 1
+                else:
+                    lo = mid + 1
+        del msgs[first:cuts[drop]]
+        dropped = cuts[drop] - first
+        notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
+        if not fits and earlier is not None:
+            # The newest question holds messages it followed (questions in a row are sent as one turn): that
+            # history goes as any other, and the question is sent alone.
+            count, chars = earlier
+            msgs[-1]["content"] = msgs[-1]["content"][chars:]
             tokens, text = self._tokens_for(msgs)
             tokens += reply_prefix
-            if len(tokens) + reserve <= self.target.n_ctx:
-                break
-            first = 1 if msgs[0].get("role") == "system" else 0
-            if first >= len(msgs) - 1:
-                break  # only the system prompt and the newest message remain
-            # Drop the oldest user message and the replies that followed it.
-            end = first + 1
-            while end < len(msgs) - 1 and msgs[end].get("role") != "user":
-                end += 1
-            dropped += end - first
-            del msgs[first:end]
+            dropped += count
+            notes = [f"the chat's history does not fit the context: dropped the {dropped} oldest messages, "
+                     "including the questions the newest one followed"]
         if len(tokens) >= self.target.n_ctx:
             raise ContextFullError(
                 f"the message is too long: {len(tokens)} tokens with the chat template, and the context holds "
                 f"{self.target.n_ctx}. Shorten it or load the model with a longer context.",
                 needed=len(tokens), holds=self.target.n_ctx,
             )
-        notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         # A continued reply goes on from its answer: what it adds is answer, whatever the template opened.
         return RenderedPrompt(tokens, dropped, notes, opens_thinking(text) and not reply_prefix,
                               len(tokens) - len(reply_prefix))
@@ -315,7 +363,7 @@ class Session(Measuring):
     def render_text(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the chat template renders it (what other tools can be given)."""
         try:
-            return self._render([dict(m) for m in messages])
+            return self._render([_plain(m) for m in messages])
         except Exception as exc:
             raise EngineError(f"the model's chat template failed: {exc}") from None
 
@@ -323,7 +371,7 @@ class Session(Measuring):
         t = self.target
         facts = t.vocab_facts()
         try:
-            text = self._render(msgs)
+            text = self._render([_plain(m) for m in msgs])
         except Exception as exc:  # the template may refuse a conversation (e.g. roles must alternate)
             raise EngineError(f"the model's chat template failed: {exc}") from None
         # The template writes BOS itself when the model wants it: do not add a second one.

@@ -171,3 +171,24 @@ def test_a_reply_whose_tokens_were_cut_short_by_hand_is_imported_as_its_text_pro
     assert [t.text for t in got[5].tokens] == ["kept", " true"] and "provenance" not in got[5].settings
     shown = w.chat.document().toPlainText()
     assert full.strip() in shown and "Replaced by hand." in shown and " old tokens" not in shown
+
+
+def test_an_imported_history_too_long_for_the_context_is_dropped_and_the_reply_says_so(
+        qtbot, tiny, isolated_home, tmp_path, monkeypatch):
+    from test_app_support import REPLY_TIMEOUT_MS
+
+    install_tiny(tiny, isolated_home, max_tokens=8, n_ctx=512)
+    path = tmp_path / "long-history.jsonl"
+    path.write_text("\n".join([message_line(1, "user", "first"),
+                               message_line(2, "assistant", "the code", finish_reason="stop"),
+                               message_line(3, "user", "hello world " * 2000)]) + "\n")  # never answered
+    w = open_window(qtbot)
+    press_import(qtbot, w, monkeypatch, path)
+    qtbot.waitUntil(lambda: len(w.controller.messages) == 3, timeout=10_000)
+    w.input.setFocus()
+    qtbot.keyClicks(w.input, "hi")
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
+        qtbot.keyClick(w.input, Qt.Key.Key_Return)
+    reply = done.args[0]
+    assert reply.error == "" and reply.stats is not None
+    assert reply.stats.note.startswith("the chat's history does not fit the context: dropped the 3 oldest messages")
