@@ -152,6 +152,9 @@ class Session(Measuring):
         self._keys: dict[int, str] = {}  # calibration keys of the loaded models (Session._key)
         self._quiet: dict[str, bool] = {}  # per calibration key: measured on an undisturbed machine
         self.kept_calibration: list[str] = []
+        self.provisional_calibration: list[str] = []
+        """Models whose kept calibration was measured beside other work: used, refined by undisturbed rounds."""
+        self._rounds_before: dict[str, int] = {}  # per provisional key: undisturbed rounds counted at earlier launches
         """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
             if calibrate:
