@@ -151,6 +151,23 @@ class Conversations(QObject):
             self.sig_stats.emit(None, DONE_TITLE)
         self.emit_list()
 
+    def forget_if_empty(self, conv_id: int) -> None:
+        """A chat left with no message (its first question was taken back: the reply could not start) is not
+        kept: it would stay in the list under the question's title, across restarts. The window stays on an
+        empty chat; the next send starts one."""
+        try:
+            if self.store.tree(conv_id):
+                return
+            self.store.delete(conv_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return
+        if conv_id == self.current_id:
+            self.current_id = None
+            self.messages = []
+            self.show_nothing()
+        self.emit_list()
+
     def show_nothing(self) -> None:
         self.sig_messages.emit([])
         self.sig_stats.emit(None, DONE_TITLE)

@@ -195,7 +195,16 @@ class Replies(QObject):
 
     # -- chat replies -----------------------------------------------------------------------------
     def _can_start(self) -> bool:
-        if self.busy or self.closed:
+        if self.closed:
+            return False
+        if self.busy:  # Enter and Send did nothing here, with no reason (the text stays in the box)
+            live = self.chat_reply
+            conv = None if live is None or live.conversation_id is None else \
+                self.conversations.conversation(live.conversation_id)
+            where = "" if conv is None or conv.id == self.conversations.current_id else f" in “{conv.title}”"
+            what = f"the reply{where}" if live is not None else "Compare"
+            self.sig_notice.emit(Notice(f"Wait for {what} to finish (or press Stop) before sending: one reply is "
+                                        "written at a time. What you typed is kept.", Level.INFO))
             return False
         if not self.settings.target:
             self.sig_notice.emit(Notice("Choose a target model first: install one in Models…, or pick a GGUF file "
@@ -520,6 +529,8 @@ class Replies(QObject):
                 self.conversations.reload()
                 if self._new_question:
                     self.sig_input_restore.emit(question.content, question.attachments)
+            if self._new_question:
+                self.conversations.forget_if_empty(rec.conversation_id)
             if rec.error is not None:
                 self.sig_notice.emit(explain(rec.error))
             self.conversations.emit_list()
