@@ -175,8 +175,9 @@ def verdict(s: StatsSnapshot) -> Verdict:
 
 
 def _verdict(s: StatsSnapshot) -> Verdict:
-    if s.rounds == 0:
-        return Verdict("Waiting for the first round…", "neutral")
+    if s.rounds == 0:  # a reply stopped before its first round said it was still waiting
+        return Verdict("Stopped before the first round: nothing was measured.", "neutral") if s.finished else \
+            Verdict("Waiting for the first round…", "neutral")
     if s.drafted == 0:
         if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
             # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.

@@ -87,3 +87,15 @@ def test_a_context_of_zero_in_settings_json_is_not_the_models_own_32k(qtbot, tin
     settings_path().write_text(json.dumps(data))
     w = open_window(qtbot)
     assert w.controller.settings.n_ctx == 4096 and w.controller.loaded.n_ctx == 4096
+
+
+def test_stop_before_the_first_round_does_not_leave_the_statistics_waiting(qtbot, tiny, isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=40)
+    w = open_window(qtbot)
+    type_and_enter(qtbot, w, "hello there")
+    qtbot.keyClick(w.input, Qt.Key.Key_Escape)  # Stop, before the engine thread has begun the reply
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=REPLY_TIMEOUT_MS)
+    qtbot.wait(20)
+    assert "Waiting for the first round" not in w.stats.verdict.text()
+    if w.stats.snapshot is not None and w.stats.snapshot.rounds == 0:
+        assert w.stats.verdict.text() == "Stopped before the first round: nothing was measured."
