@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QScrollArea, QStyle, QToolButton, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QFileDialog, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QStyle, QToolButton,
+                               QWidget)
 
 from engine.attachments import Attachment, human_size, read_attachment
 from engine.errors import AttachmentError
@@ -150,12 +151,21 @@ class AttachmentBar(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 2, 0, 2)
         lay.addWidget(self._scroll)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # its rows' height, no more
         self._held: list[PickedFile] | None = None  # the chips before an edit began
+        self._fitting = QTimer(self)
+        self._fitting.setSingleShot(True)
+        self._fitting.timeout.connect(self._fit)  # once chips are laid out and the scroll bar has come or gone
         self.hide()
 
     def resizeEvent(self, e) -> None:
         super().resizeEvent(e)
         self._fit()
+        self._fitting.start(0)
+
+    def showEvent(self, e) -> None:
+        super().showEvent(e)
+        self._fitting.start(0)
 
     def _fit(self) -> None:
         """As tall as the rows of chips, up to ROWS_SHOWN of them (the rest scroll)."""
@@ -179,6 +189,7 @@ class AttachmentBar(QWidget):
     def _read(self, chip: AttachmentChip, f: PickedFile, batch: _Batch) -> None:
         if chip in self.chips:  # not removed while it was read
             chip.set_file(f)
+            self._fitting.start(0)  # its label changed width
             self.sig_changed.emit()
         self._settled(batch)
 
@@ -259,6 +270,7 @@ class AttachmentBar(QWidget):
         self._flow.addWidget(chip)
         self.show()
         self._fit()
+        self._fitting.start(0)
         return chip
 
     def _remove(self, chip: AttachmentChip, quiet: bool = False) -> None:
@@ -270,5 +282,6 @@ class AttachmentBar(QWidget):
         chip.deleteLater()
         self.setVisible(bool(self.chips))
         self._fit()
+        self._fitting.start(0)
         if not quiet:
             self.sig_changed.emit()
