@@ -31,7 +31,8 @@ from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
 from engine.decoding.reasoning import split_reply
 from engine.sampling import SamplingParams
-from engine.decoding.session import EARLIER_CHARS, EARLIER_MESSAGES, GenerationSettings
+from engine.decoding.joined_turns import EARLIER_CHARS, EARLIER_MESSAGES
+from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations, title_of
 from app.control.pairing import Pairing, drafter_label, pair_problem

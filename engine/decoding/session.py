@@ -19,6 +19,7 @@ from pathlib import Path
 
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.measure import LoadStage, Measuring
+from engine.decoding.joined_turns import earlier_part, plain_turn
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.speculative import generate
 from engine.drafting.base import Drafter
@@ -82,29 +83,6 @@ class RenderedPrompt:
     """The template left a thinking block open: the reply starts inside it (engine.decoding.reasoning)."""
     reply_from: int | None = None
     """Where the reply starts in `tokens`: after the template's frame for it, before a reply prefix."""
-
-
-EARLIER_MESSAGES = "earlier_messages"
-"""A user turn's key: how many earlier messages were joined into it (questions in a row are sent as one turn)."""
-EARLIER_CHARS = "earlier_chars"
-"""A user turn's key: how many of its first characters are those earlier messages (and the gap after them)."""
-
-
-def _earlier_part(turn: dict) -> tuple[int, int] | None:
-    """(messages, characters) of earlier messages joined into this turn, taken out of it; None when none."""
-    count, chars = turn.pop(EARLIER_MESSAGES, None), turn.pop(EARLIER_CHARS, None)
-    try:
-        count, chars = int(count), int(chars)
-    except (TypeError, ValueError):
-        return None
-    return (count, chars) if count > 0 and 0 < chars < len(turn.get("content", "")) else None
-
-
-def _plain(turn: dict) -> dict:
-    """The turn as the chat template is given it (without the keys that say what was joined into it)."""
-    if EARLIER_MESSAGES not in turn and EARLIER_CHARS not in turn:
-        return dict(turn)
-    return {k: v for k, v in turn.items() if k not in (EARLIER_MESSAGES, EARLIER_CHARS)}
 
 
 class Session(Measuring):
@@ -283,7 +261,7 @@ class Session(Measuring):
         msgs = [dict(m) for m in messages]
         if not msgs or msgs[-1].get("role") != "user":
             raise EngineError("a chat request must end with a user message")
-        earlier = _earlier_part(msgs[-1])
+        earlier = earlier_part(msgs[-1])
         reserve = min(reserve, self.target.n_ctx // 2)
         first = 1 if msgs[0].get("role") == "system" else 0
         # Where each droppable exchange begins (a user message and the replies after it; the newest stays).
@@ -366,7 +344,7 @@ class Session(Measuring):
     def render_text(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the chat template renders it (what other tools can be given)."""
         try:
-            return self._render([_plain(m) for m in messages])
+            return self._render([plain_turn(m) for m in messages])
         except Exception as exc:
             raise EngineError(f"the model's chat template failed: {exc}") from None
 
@@ -374,7 +352,7 @@ class Session(Measuring):
         t = self.target
         facts = t.vocab_facts()
         try:
-            text = self._render([_plain(m) for m in msgs])
+            text = self._render([plain_turn(m) for m in msgs])
         except Exception as exc:  # the template may refuse a conversation (e.g. roles must alternate)
             raise EngineError(f"the model's chat template failed: {exc}") from None
         # The template writes BOS itself when the model wants it: do not add a second one.

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.decoding.session import EARLIER_CHARS, EARLIER_MESSAGES, Session
+from engine.decoding.joined_turns import EARLIER_CHARS, EARLIER_MESSAGES
+from engine.decoding.session import Session
 from engine.errors import ContextFullError
 from engine.llama.types import LoadSettings
 
