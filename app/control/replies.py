@@ -520,7 +520,10 @@ class Replies(QObject):
             # when it was written for it: a regenerated reply's question stays) and show the path as it was.
             question = rec.question
             assert question is not None
-            taken = [rec.message] + ([question] if self._new_question else [])
+            # A question goes back to the message box only where its chat is shown; elsewhere it stays in its
+            # chat, unanswered (Retry), rather than be lost.
+            back = self._new_question and self.showing(rec)
+            taken = [rec.message] + ([question] if back else [])
             for m in taken:
                 try:
                     self.store.delete_message(m.id)
@@ -528,18 +531,18 @@ class Replies(QObject):
                     pass
             if self.showing(rec):
                 self.conversations.reload()
-                if self._new_question:
+                if back:
                     self.sig_input_restore.emit(question.content, question.attachments)
-            if self._new_question:
+            if back:
                 self.conversations.forget_if_empty(rec.conversation_id)
             if rec.error is not None:
-                self.sig_notice.emit(explain(rec.error))
+                self.sig_notice.emit(self._where(rec, explain(rec.error)))
             self.conversations.emit_list()
             return
         if self.showing(rec):
             self.sig_reply_finished.emit(rec.message)
         if rec.error is not None:
-            self.sig_notice.emit(explain(rec.error))
+            self.sig_notice.emit(self._where(rec, explain(rec.error)))
         elif rec.done is not None and rec.done.finish_reason == FinishReason.CONTEXT_FULL:
             self.sig_notice.emit(CONTEXT_FULL_NOTICE)
         elif rec.done is not None and (note := rec.done.stats.note) and note not in self.settings.notes_seen:
@@ -549,6 +552,15 @@ class Replies(QObject):
             self.sig_notice.emit(Notice(note[:1].upper() + note[1:] + ".", Level.INFO))
         self.conversations.emit_list()
         self.read_ahead_shown()  # the reply as the next question will send it (history_for)
+
+    def _where(self, rec: StreamingReply, notice: Notice) -> Notice:
+        """A reply's failure, naming its chat when another one is on screen (it read as this chat's)."""
+        if self.showing(rec) or rec.conversation_id is None:
+            return notice
+        conv = self.conversations.conversation(rec.conversation_id)
+        if conv is None:
+            return notice
+        return dataclasses.replace(notice, text=f"In “{conv.title}”: {notice.text}")
 
     # -- closing ---------------------------------------------------------------------------------
     def disconnect_worker(self) -> None:

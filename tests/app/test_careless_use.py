@@ -99,3 +99,27 @@ def test_stop_before_the_first_round_does_not_leave_the_statistics_waiting(qtbot
     assert "Waiting for the first round" not in w.stats.verdict.text()
     if w.stats.snapshot is not None and w.stats.snapshot.rounds == 0:
         assert w.stats.verdict.text() == "Stopped before the first round: nothing was measured."
+
+
+def test_a_reply_that_fails_while_another_chat_is_shown_names_its_chat_and_keeps_the_question(qtbot, tiny,
+                                                                                               isolated_home):
+    install_tiny(tiny, isolated_home, max_tokens=6, n_ctx=256)
+    w = open_window(qtbot)
+    with qtbot.waitSignal(w.controller.sig_reply_finished, timeout=REPLY_TIMEOUT_MS):
+        type_and_enter(qtbot, w, "hi")
+    first = w.controller.current_id
+    qtbot.keyClick(w.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    type_and_enter(qtbot, w, LONG)  # refused by the engine, but not before the next line: the answer is queued
+    lst = w.conversations.list
+    row = next(i for i in range(lst.count()) if lst.item(i).text() == "hi")
+    qtbot.mouseClick(lst.viewport(), Qt.MouseButton.LeftButton, pos=lst.visualItemRect(lst.item(row)).center())
+    assert w.controller.current_id == first
+    qtbot.waitUntil(lambda: "too long" in w.notice.text(), timeout=REPLY_TIMEOUT_MS)
+    title = LONG.strip()[:40]
+    assert w.notice.text().startswith("In “"), w.notice.text()
+    other = [t for t in titles() if t != "hi"]
+    assert len(other) == 1 and w.notice.text().startswith(f"In “{other[0]}”: ") and other[0][:10] == title[:10]
+    assert [m.text for m in w.controller.messages][0] == "hi"  # the chat on screen is untouched
+    with sqlite3.connect(database_path()) as db:  # the refused question stays in its chat, to retry
+        assert db.execute("SELECT COUNT(*) FROM messages WHERE role='user' AND content=?", (LONG.strip(),)
+                          ).fetchone()[0] == 1
