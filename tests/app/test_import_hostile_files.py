@@ -171,6 +171,7 @@ def test_a_reply_whose_tokens_were_cut_short_by_hand_is_imported_as_its_text_pro
     assert [t.text for t in got[5].tokens] == ["kept", " true"] and "provenance" not in got[5].settings
     shown = w.chat.document().toPlainText()
     assert full.strip() in shown and "Replaced by hand." in shown and " old tokens" not in shown
+    assert shown.count("imported: which model wrote each token is unknown") == 2
 
 
 def test_an_imported_history_too_long_for_the_context_is_dropped_and_the_reply_says_so(
