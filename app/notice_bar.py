@@ -73,7 +73,8 @@ class NoticeBar(QFrame):
         colour = _LEVEL_COLOURS[notice.level]
         self.setStyleSheet(f"#notice_bar {{ border: 1px solid {colour}; border-left: 6px solid {colour}; "
                            "border-radius: 3px; background-color: palette(window); }")
-        self.label.setText(f"<b>{_LEVEL_WORDS[notice.level]}:</b> {html.escape(notice.text)}")
+        lines = html.escape(notice.text).replace("\n", "<br>")  # a list of refused files, one a line
+        self.label.setText(f"<b>{_LEVEL_WORDS[notice.level]}:</b> {lines}")
         label = _ACTION_LABELS.get(notice.action)
         self.action_button.setVisible(label is not None)
         if label:

@@ -51,6 +51,7 @@ from app.notice_bar import NoticeBar
 from app.history.records import Role
 from app.history.reply_stats import StatsSnapshot
 from app.shell.fold import FoldingPane
+from app.shell.import_job import ImportJob
 from app.shell.toolbar import overflow_toolbar
 from app.stats.stats_panel import StatsPanel
 from app.core.theme import Theme, apply_theme, colours_for
@@ -231,7 +232,7 @@ class MainWindow(QMainWindow):
         self.input.sig_files.connect(self.attachments.add_paths)
         self.input.sig_refused.connect(self._refused_file)
         self.attachments.sig_refused.connect(self._refused_file)
-        self.attachments.sig_changed.connect(lambda: setattr(self.input, "files_attached", self.attachments.any))
+        self.attachments.sig_changed.connect(self._files_changed)
         self.act_attach.triggered.connect(self.pick_files)
         self.act_import.triggered.connect(self.import_chat)
         self.chat.action_requested.connect(self._message_action)
@@ -312,17 +313,29 @@ class MainWindow(QMainWindow):
             self._resend(self.input.editing, text)
             return
         files = self._attached()
+        earlier = self.notice.notice if not self.notice.isHidden() else None
         if files is not None and self.controller.send(text, files):
             self.input.clear()
             self.attachments.clear()
+            if earlier is not None and self.notice.notice is earlier:
+                self.notice.hide()  # what stopped an earlier send ("too long", a file gone) no longer holds
 
     def _attached(self):
         """The attached files as they are now, or None (and a notice) when one cannot be sent."""
         try:
             return self.attachments.attachments()
         except AttachmentError as exc:
-            self.notice.show_notice(Notice(f"{exc}. Nothing was sent.", Level.WARNING))
+            self._file_notice = Notice(f"{exc}. Nothing was sent.", Level.WARNING)
+            self.notice.show_notice(self._file_notice)
             return None
+
+    def _files_changed(self) -> None:
+        self.input.files_attached = self.attachments.any
+        # A warning about an attached file goes once that file is no longer attached (✕ on its chip).
+        shown = self.notice.notice
+        if shown is not None and shown is getattr(self, "_file_notice", None) and not self.notice.isHidden() and \
+                not any(shown.text.startswith(f"{c.name} ") for c in self.attachments.chips):
+            self.notice.hide()
 
     def _refused_file(self, why: str) -> None:
         self.notice.show_notice(Notice(why, Level.WARNING))
@@ -522,8 +535,9 @@ class MainWindow(QMainWindow):
     def import_chat(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a chat", str(Path.home()),
                                               "JSON Lines (*.jsonl);;All files (*)")
-        if path:
-            self.controller.import_chat(Path(path))
+        if path and not self.controller.refused("importing a chat"):
+            self.import_job = ImportJob(self, self.controller, Path(path))  # read off the GUI thread, with Cancel
+            self.import_job.start()
 
     def _write(self, write, path: Path) -> None:
         try:

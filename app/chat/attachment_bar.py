@@ -14,16 +14,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QStyle, QToolButton, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QFileDialog, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QStyle, QToolButton,
+                               QWidget)
 
 from engine.attachments import Attachment, human_size, read_attachment
 from engine.errors import AttachmentError
 
+from app.chat.flow_layout import FlowLayout
 from app.core.background import run_in_background
 
 NAME_CHARS = 32
 """A chip shows this much of a long name (all of it in its tooltip)."""
+ROWS_SHOWN = 3
+"""Rows of chips shown at most; more scroll (twenty files once pushed the window to 3,589 px in one row)."""
 FILE_FILTER = ("All files (*);;Text and code (*.txt *.md *.py *.js *.ts *.json *.csv *.html *.css *.c *.h *.cpp *.rs "
                "*.go *.java *.toml *.yaml *.yml);;PDF (*.pdf)")
 
@@ -63,6 +67,20 @@ def as_sent(p: PickedFile) -> PickedFile:
     if st.st_mtime_ns == p.mtime_ns and st.st_size == p.attachment.size:
         return p
     return pick(p.path)
+
+
+class _Batch:
+    """The files of one drop, paste or pick: how many are still being read, and why each refused one was."""
+
+    def __init__(self, files: int) -> None:
+        self.files, self.waiting = files, files
+        self.refused: list[str] = []
+
+    def said(self) -> str:
+        if len(self.refused) == 1:
+            return self.refused[0]
+        return (f"{len(self.refused)} of the {self.files} files were not attached:\n"
+                + "\n".join(f"• {why}" for why in self.refused))
 
 
 class AttachmentChip(QFrame):
@@ -109,10 +127,11 @@ class AttachmentChip(QFrame):
 
 
 class AttachmentBar(QWidget):
-    """The chips of the message being written (hidden when there are none)."""
+    """The chips of the message being written (hidden when there are none), in rows that wrap; past
+    ROWS_SHOWN rows they scroll."""
 
     sig_refused = Signal(str)
-    """A file could not be attached: why, in a sentence."""
+    """Files of one drop, paste or pick could not be attached: every one with why, in one text."""
     sig_changed = Signal()
     """A file was added, read or removed."""
 
@@ -121,33 +140,70 @@ class AttachmentBar(QWidget):
         self.setObjectName("attachments")
         self.setAccessibleName("Attached files")
         self.chips: list[AttachmentChip] = []
-        self._lay = QHBoxLayout(self)
-        self._lay.setContentsMargins(0, 2, 0, 2)
-        self._lay.setSpacing(6)
-        self._lay.addStretch(1)
+        self._holder = QWidget()
+        self._flow = FlowLayout(self._holder)
+        self._scroll = QScrollArea()
+        self._scroll.setObjectName("attachments_scroll")
+        self._scroll.setWidget(self._holder)
+        self._scroll.setWidgetResizable(True)
+        self._scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self._scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 2, 0, 2)
+        lay.addWidget(self._scroll)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # its rows' height, no more
         self._held: list[PickedFile] | None = None  # the chips before an edit began
+        self._fitting = QTimer(self)
+        self._fitting.setSingleShot(True)
+        self._fitting.timeout.connect(self._fit)  # once chips are laid out and the scroll bar has come or gone
         self.hide()
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        self._fit()
+        self._fitting.start(0)
+
+    def showEvent(self, e) -> None:
+        super().showEvent(e)
+        self._fitting.start(0)
+
+    def _fit(self) -> None:
+        """As tall as the rows of chips, up to ROWS_SHOWN of them (the rest scroll)."""
+        width = self._scroll.viewport().width() or self.width()
+        needed = self._flow.heightForWidth(max(width, 1))
+        row = max((c.sizeHint().height() for c in self.chips), default=0)
+        most = ROWS_SHOWN * row + (ROWS_SHOWN - 1) * self._flow.spacing()
+        self._scroll.setFixedHeight(max(1, min(needed, most)))
 
     # -- what the person does ---------------------------------------------------------------------
     def add_paths(self, paths: Sequence[Path]) -> None:
-        """Attach these files: a chip each at once, read on a pool thread; a refusal removes it and is said."""
+        """Attach these files: a chip each at once, read on a pool thread; refusals remove their chips and are
+        said together once every file of `paths` has been read."""
+        batch = _Batch(len(paths))
         for path in paths:
             path = Path(path)
             chip = self._chip(path.name)
-            run_in_background(lambda p=path: pick(p), lambda f, c=chip: self._read(c, f),
-                              lambda exc, c=chip: self._failed(c, exc))
+            run_in_background(lambda p=path: pick(p), lambda f, c=chip: self._read(c, f, batch),
+                              lambda exc, c=chip: self._failed(c, exc, batch))
 
-    def _read(self, chip: AttachmentChip, f: PickedFile) -> None:
+    def _read(self, chip: AttachmentChip, f: PickedFile, batch: _Batch) -> None:
         if chip in self.chips:  # not removed while it was read
             chip.set_file(f)
+            self._fitting.start(0)  # its label changed width
             self.sig_changed.emit()
+        self._settled(batch)
 
-    def _failed(self, chip: AttachmentChip, exc: BaseException) -> None:
-        if chip not in self.chips:
-            return
-        self._remove(chip)
-        why = str(exc) if isinstance(exc, AttachmentError) else f"{chip.name} could not be read: {exc}"
-        self.sig_refused.emit(why + ".")  # it starts with the file's name, as it is spelt
+    def _failed(self, chip: AttachmentChip, exc: BaseException, batch: _Batch) -> None:
+        if chip in self.chips:
+            self._remove(chip)
+            why = str(exc) if isinstance(exc, AttachmentError) else f"{chip.name} could not be read: {exc}"
+            batch.refused.append(why + ".")  # it starts with the file's name, as it is spelt
+        self._settled(batch)
+
+    def _settled(self, batch: _Batch) -> None:
+        batch.waiting -= 1
+        if batch.waiting == 0 and batch.refused:
+            self.sig_refused.emit(batch.said())
 
     def pick(self, parent: QWidget) -> None:
         """Attach the files chosen in the platform's file dialog."""
@@ -208,20 +264,24 @@ class AttachmentBar(QWidget):
 
     # -- chips ------------------------------------------------------------------------------------------
     def _chip(self, name: str) -> AttachmentChip:
-        chip = AttachmentChip(name, self)
+        chip = AttachmentChip(name, self._holder)
         chip.sig_remove.connect(self._remove)
         self.chips.append(chip)
-        self._lay.insertWidget(self._lay.count() - 1, chip, 0, Qt.AlignmentFlag.AlignLeft)
+        self._flow.addWidget(chip)
         self.show()
+        self._fit()
+        self._fitting.start(0)
         return chip
 
     def _remove(self, chip: AttachmentChip, quiet: bool = False) -> None:
         if chip not in self.chips:
             return
         self.chips.remove(chip)
-        self._lay.removeWidget(chip)
+        self._flow.removeWidget(chip)
         chip.hide()
         chip.deleteLater()
         self.setVisible(bool(self.chips))
+        self._fit()
+        self._fitting.start(0)
         if not quiet:
             self.sig_changed.emit()

@@ -17,6 +17,7 @@ from app.chat.app_links import LinkKind, href as app_href
 from app.chat.message_labels import footer, pair_label, settings_label, settings_tip, time_label
 from app.core.drafter_names import recorded_drafter
 from app.chat.reply_document import ReplyWriter
+from app.history.chat_import import PROVENANCE, UNKNOWN
 from app.history.records import Message, Role
 from app.history.reply_stats import Tone
 
@@ -48,6 +49,9 @@ _REPLY_LINKS = (("Copy", COPY), ("Regenerate", MessageAction.REGENERATE),
 #: The last reply, stopped or cut at the max tokens limit: it can go on.
 _CONTINUE_LINKS = (_REPLY_LINKS[0], ("Continue", MessageAction.CONTINUE), *_REPLY_LINKS[1:])
 _SEP = "  ·  "
+UNKNOWN_WORDS = "imported: which model wrote each token is unknown"
+UNKNOWN_TIP = ("The export this chat came from held tokens that do not spell this reply's text (edited by hand?): the "
+               "text is kept, its tokens and statistics were set aside")
 
 
 def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = False) -> None:
@@ -68,6 +72,8 @@ def write_header(w: ReplyWriter, m: Message, actions: bool, unanswered: bool = F
         words = settings_label(m.settings, drafted=recorded_drafter(m.drafter).drafts)
         if words:
             w.insert(_SEP + words, _with_tip(f.small, tip))
+        if m.settings.get(PROVENANCE) == UNKNOWN:
+            w.insert(_SEP + UNKNOWN_WORDS, _with_tip(f.small, UNKNOWN_TIP))
     if m.variants > 1:
         _write_alternatives(w, m, actions)
     if m.role == Role.USER:

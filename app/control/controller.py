@@ -368,6 +368,17 @@ class ChatController(QObject):
             return False
         return self.conversations.import_chat(path)
 
+    def add_imported(self, chat, name: str) -> bool:
+        """A chat already read from an export (app.history.chat_import.read_chat, off the GUI thread), saved as a
+        new chat and opened."""
+        if self.refused("importing a chat"):
+            return False
+        return self.conversations.add_imported(chat, name)
+
+    def import_refused(self, name: str, exc: BaseException) -> None:
+        """Say why an export could not be imported."""
+        self.conversations.import_refused(name, exc)
+
     def chat_tree(self) -> list[tuple[Message, int]]:
         """Every message of the open chat, every branch, with its shown stamp (what the JSONL export writes)."""
         return self.conversations.tree()

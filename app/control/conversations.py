@@ -19,7 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.core.errors import Level, Notice
-from app.history.chat_import import ChatImportError, read_chat
+from app.history.chat_import import ChatImportError, ImportedChat, read_chat
 from app.history.records import Conversation, Message, Role
 from app.control.streaming_reply import DONE_TITLE, LIVE_TITLE, StreamingReply
 from app.history.reply_stats import ReplyStats
@@ -151,6 +151,23 @@ class Conversations(QObject):
             self.sig_stats.emit(None, DONE_TITLE)
         self.emit_list()
 
+    def forget_if_empty(self, conv_id: int) -> None:
+        """A chat left with no message (its first question was taken back: the reply could not start) is not
+        kept: it would stay in the list under the question's title, across restarts. The window stays on an
+        empty chat; the next send starts one."""
+        try:
+            if self.store.tree(conv_id):
+                return
+            self.store.delete(conv_id)
+        except StoreError as exc:
+            self.failed(exc)
+            return
+        if conv_id == self.current_id:
+            self.current_id = None
+            self.messages = []
+            self.show_nothing()
+        self.emit_list()
+
     def show_nothing(self) -> None:
         self.sig_messages.emit([])
         self.sig_stats.emit(None, DONE_TITLE)
@@ -255,18 +272,32 @@ class Conversations(QObject):
         return True
 
     def import_chat(self, path: Path) -> bool:
-        """A chat exported as JSON Lines, as a new chat, opened; a file that is not one is said, nothing saved."""
+        """A chat exported as JSON Lines, as a new chat, opened; a file that is not one is said, nothing saved.
+        Reads the file here (the window reads a big one off the GUI thread first, then calls `add_imported`)."""
         try:
             chat = read_chat(path)
-            conv = self.store.import_conversation(chat.title, chat.messages)
         except ChatImportError as exc:
-            self.sig_notice.emit(Notice(f"Could not import {Path(path).name}: {exc}. Nothing was imported.",
-                                        Level.WARNING))
+            self.import_refused(Path(path).name, exc)
             return False
+        return self.add_imported(chat, Path(path).name)
+
+    def import_refused(self, name: str, exc: BaseException) -> None:
+        self.sig_notice.emit(Notice(f"Could not import {name}: {exc}. Nothing was imported.", Level.WARNING))
+
+    def add_imported(self, chat: ImportedChat, name: str) -> bool:
+        """Save a chat read from an export as a new chat and open it."""
+        try:
+            conv = self.store.import_conversation(chat.title, chat.messages)
         except StoreError as exc:
             self.failed(exc)
             return False
         self._open_new(conv.id)
+        n = len(chat.unknown_provenance)
+        if n:
+            which = "reply's token record does" if n == 1 else "replies' token records do"
+            self.sig_notice.emit(Notice(
+                f"Imported {name}, but {n} {which} not spell the reply's text (the file was edited by hand?): "
+                "the text is kept and shown plainly; which model wrote each token is unknown.", Level.WARNING))
         return True
 
     def tree(self) -> list[tuple[Message, int]]:

@@ -31,6 +31,7 @@ from engine.attachments import Attachment, user_content
 from engine.decoding.events import FinishReason
 from engine.decoding.reasoning import split_reply
 from engine.sampling import SamplingParams
+from engine.decoding.joined_turns import EARLIER_CHARS, EARLIER_MESSAGES
 from engine.decoding.session import GenerationSettings
 
 from app.control.conversations import Conversations, title_of
@@ -81,7 +82,11 @@ def history_for(messages: Sequence[Message], system_prompt: str) -> list[dict[st
         if thinking:
             turn["reasoning_content"] = thinking
         if len(out) > (1 if system_prompt.strip() else 0) and out[-1]["role"] == m.role.value:
-            out[-1] = {**out[-1], **turn, "content": out[-1]["content"] + "\n\n" + text}
+            before = out[-1]["content"] + "\n\n"
+            out[-1] = {**out[-1], **turn, "content": before + text}
+            if m.role == Role.USER:  # what the engine drops first when the joined turn does not fit
+                joined = int(out[-1].get(EARLIER_MESSAGES, "0")) + 1
+                out[-1].update({EARLIER_MESSAGES: str(joined), EARLIER_CHARS: str(len(before))})
         else:
             out.append(turn)
     return out
@@ -190,7 +195,16 @@ class Replies(QObject):
 
     # -- chat replies -----------------------------------------------------------------------------
     def _can_start(self) -> bool:
-        if self.busy or self.closed:
+        if self.closed:
+            return False
+        if self.busy:  # Enter and Send did nothing here, with no reason (the text stays in the box)
+            live = self.chat_reply
+            conv = None if live is None or live.conversation_id is None else \
+                self.conversations.conversation(live.conversation_id)
+            where = "" if conv is None or conv.id == self.conversations.current_id else f" in “{conv.title}”"
+            what = f"the reply{where}" if live is not None else "Compare"
+            self.sig_notice.emit(Notice(f"Wait for {what} to finish (or press Stop) before sending: one reply is "
+                                        "written at a time. What you typed is kept.", Level.INFO))
             return False
         if not self.settings.target:
             self.sig_notice.emit(Notice("Choose a target model first: install one in Models…, or pick a GGUF file "
@@ -505,7 +519,10 @@ class Replies(QObject):
             # when it was written for it: a regenerated reply's question stays) and show the path as it was.
             question = rec.question
             assert question is not None
-            taken = [rec.message] + ([question] if self._new_question else [])
+            # A question goes back to the message box only where its chat is shown; elsewhere it stays in its
+            # chat, unanswered (Retry), rather than be lost.
+            back = self._new_question and self.showing(rec)
+            taken = [rec.message] + ([question] if back else [])
             for m in taken:
                 try:
                     self.store.delete_message(m.id)
@@ -513,16 +530,18 @@ class Replies(QObject):
                     pass
             if self.showing(rec):
                 self.conversations.reload()
-                if self._new_question:
+                if back:
                     self.sig_input_restore.emit(question.content, question.attachments)
+            if back:
+                self.conversations.forget_if_empty(rec.conversation_id)
             if rec.error is not None:
-                self.sig_notice.emit(explain(rec.error))
+                self.sig_notice.emit(self._where(rec, explain(rec.error)))
             self.conversations.emit_list()
             return
         if self.showing(rec):
             self.sig_reply_finished.emit(rec.message)
         if rec.error is not None:
-            self.sig_notice.emit(explain(rec.error))
+            self.sig_notice.emit(self._where(rec, explain(rec.error)))
         elif rec.done is not None and rec.done.finish_reason == FinishReason.CONTEXT_FULL:
             self.sig_notice.emit(CONTEXT_FULL_NOTICE)
         elif rec.done is not None and (note := rec.done.stats.note) and note not in self.settings.notes_seen:
@@ -532,6 +551,15 @@ class Replies(QObject):
             self.sig_notice.emit(Notice(note[:1].upper() + note[1:] + ".", Level.INFO))
         self.conversations.emit_list()
         self.read_ahead_shown()  # the reply as the next question will send it (history_for)
+
+    def _where(self, rec: StreamingReply, notice: Notice) -> Notice:
+        """A reply's failure, naming its chat when another one is on screen (it read as this chat's)."""
+        if self.showing(rec) or rec.conversation_id is None:
+            return notice
+        conv = self.conversations.conversation(rec.conversation_id)
+        if conv is None:
+            return notice
+        return dataclasses.replace(notice, text=f"In “{conv.title}”: {notice.text}")
 
     # -- closing ---------------------------------------------------------------------------------
     def disconnect_worker(self) -> None:

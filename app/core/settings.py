@@ -156,6 +156,9 @@ def _notes(v: Any) -> tuple[str, ...] | None:
 # None where a value cannot be one.
 _PARSERS = {"theme": _theme, "draft_max": _draft_length, "drafter": _drafter, "notes_seen": _notes}
 
+N_CTX_RANGE = (256, 262_144)
+"""Context lengths a person can choose (the Models dialog's range); settings.json may hold no other."""
+
 _CHECKS = {
     "temperature": lambda v: isinstance(v, (int, float)) and 0 <= v <= 5,
     "top_k": lambda v: isinstance(v, int) and v >= 0,
@@ -164,7 +167,9 @@ _CHECKS = {
     # llama.cpp and numpy take seeds of 0 .. 2**32-1: a negative one would break every reply.
     "seed": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32),
     "max_tokens": lambda v: isinstance(v, int) and 1 <= v <= 1_000_000,
-    "n_ctx": lambda v: isinstance(v, int) and 0 <= v <= 10_000_000,
+    # 0 is llama.cpp's "the model's own" (32k for the default pair, 4x the memory): only the sizes the Models
+    # dialog offers are read.
+    "n_ctx": lambda v: isinstance(v, int) and not isinstance(v, bool) and N_CTX_RANGE[0] <= v <= N_CTX_RANGE[1],
     "n_gpu_layers": lambda v: isinstance(v, int) and v >= -1,
     "n_threads": lambda v: v is None or (isinstance(v, int) and v >= 1),
     "history_cap_mb": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096,

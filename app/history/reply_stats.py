@@ -201,8 +201,9 @@ def verdict(s: StatsSnapshot) -> ShownVerdict:
 
 
 def _verdict(s: StatsSnapshot) -> ShownVerdict:
-    if s.rounds == 0:
-        return ShownVerdict("Waiting for the first round…", Tone.NEUTRAL)
+    if s.rounds == 0:  # a reply stopped before its first round said it was still waiting
+        return ShownVerdict("Stopped before the first round: nothing was measured.", Tone.NEUTRAL) if s.finished else \
+            ShownVerdict("Waiting for the first round…", Tone.NEUTRAL)
     if s.drafted == 0:
         if s.auto and s.finished and s.tokens <= LOOK_TOKENS:
             # Auto first judges a model drafter on the reply's own first tokens: a greeting is over before that.

@@ -12,6 +12,7 @@ from engine.llama import cpu_weights
 from engine.errors import EngineError
 
 from app.core.background import run_in_background
+from app.core.settings import N_CTX_RANGE
 from app.control.controller import ChatController
 from app.control.model_jobs import fast_copy_task
 from app.control.model_scan import ModelEntry, entry_for, human_bytes
@@ -44,7 +45,7 @@ class HardwareTab(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         s = controller.settings
         self.n_ctx = QSpinBox()
-        self.n_ctx.setRange(256, 262144)
+        self.n_ctx.setRange(*N_CTX_RANGE)
         self.n_ctx.setSingleStep(1024)
         self.n_ctx.setValue(s.n_ctx or 4096)
         self.n_ctx.setSuffix(" tokens")

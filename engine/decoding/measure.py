@@ -1,5 +1,7 @@
 """How a session measures its pair at load: the target's block costs at two depths, the drafter's step, catch-up
-and interference, timed again where a passing load disturbed them, and kept for the next launch when quiet."""
+and interference, timed again where a passing load disturbed them, and kept for the next launch: as the machine's
+when quiet, else as provisional (used at the next launch without measuring, refined by the undisturbed rounds a
+person runs, and the machine's once calibration.SETTLED_ROUNDS of them have been counted)."""
 from __future__ import annotations
 
 import statistics
@@ -68,15 +70,14 @@ class Measuring:
         on this machine (engine.llama.calibration) is used instead unless `fresh`."""
         key = self._key(self.target)
         kept = None if fresh else calibration.load(key)
-        if kept is not None and kept["quiet"]:
+        if kept is not None:  # measured beside other work, it is used as provisional: never measured at launch
             for n, dt in kept["blocks"].items():
                 self.costs.add_verify(n, dt)
             if kept["deep"]:
                 self.costs.depths = kept["depths"]
                 for n, dt in kept["deep"].items():
                     self.costs.add_deep(n, dt)
-            self.kept_calibration.append(self.target.path.name)
-            self._quiet[key] = True
+            self._kept(self.target, key, kept)
             return
         self._say_measuring()
         points, self._quiet[key] = self._time_blocks(self.target, sizes, repeats, cancel)
@@ -110,12 +111,11 @@ class Measuring:
         # mid-session, is at today's speed as plain rounds measure it (kept figures were written at it).
         # Stored as read, a kept step re-read under a 3x load grew 3x at every switch of drafter.
         now = self.costs.plain_speed.value or 1.0
-        if kept is not None and kept["step"] and kept["quiet"]:
+        if kept is not None and kept["step"]:
             per_token.add(kept["step"] / now)
             for n, dt in kept["blocks"].items():
                 catchup.add(n, dt / now)
-            self.kept_calibration.append(model.path.name)
-            self._quiet[key] = True
+            self._kept(model, key, kept)
             return (kept["interference"], _depth_line(kept["depths"], kept["step"], kept["blocks"], kept["deep"]),
                     QuietDrafter.seeded(kept["step"], kept["blocks"]))
         self._say_measuring()
@@ -137,6 +137,22 @@ class Measuring:
             calibration.save(key, blocks, step, interference, quiet=self._quiet[key],
                              deep=deep if depth_line else None, depths=(shallow, deep_at))
         return interference, depth_line, QuietDrafter.seeded(step, blocks)
+
+    def _kept(self, model: LlamaModel, key: str, kept: dict) -> None:
+        """A kept calibration is in use: quiet, or provisional (its undisturbed rounds so far carried on)."""
+        self.kept_calibration.append(model.path.name)
+        self._quiet[key] = kept["quiet"]
+        if not kept["quiet"]:
+            self.provisional_calibration.append(model.path.name)
+            self._rounds_before[key] = kept["rounds"]
+
+    def _settled(self, key: str, rounds_now: int) -> tuple[bool, int]:
+        """Whether the calibration under `key` is the machine's now (measured quietly, or provisional and refined
+        by SETTLED_ROUNDS undisturbed rounds in all), and its undisturbed rounds counted so far."""
+        if self._quiet.get(key, False):
+            return True, 0
+        rounds = self._rounds_before.get(key, 0) + rounds_now
+        return rounds >= calibration.SETTLED_ROUNDS, rounds
 
     def _say_measuring(self) -> None:
         if self._progress:
@@ -199,7 +215,8 @@ class Measuring:
         deep = {n: v for n in c.deep.by_size if (v := c.kept_cost(n, deep=True))}
         if blocks:
             key = self._key(self.target)
-            calibration.save(key, blocks, quiet=self._quiet.get(key, False), deep=deep, depths=c.depths)
+            quiet, rounds = self._settled(key, c.quiet_rounds)
+            calibration.save(key, blocks, quiet=quiet, deep=deep, depths=c.depths, rounds=rounds)
         quiet = c.quiet_drafter
         if self.draft_model is not None and (step := quiet.step.value):
             # As undisturbed passes measured them, at the depth the step was calibrated at: the line gives the rest.
@@ -209,8 +226,9 @@ class Measuring:
                 line = c.draft_depth
                 deep = ({1: step * line.step_ratio, 16: (quiet.catchup(16) or 0.0) * line.block_ratio}
                         if line is not None and quiet.catchup(16) else None)
-                calibration.save(key, drafted, step, c.interference, quiet=self._quiet.get(key, False), deep=deep,
-                                 depths=(line.shallow, line.deep) if deep else (0, 0))
+                quiet, rounds = self._settled(key, c.quiet_draft_rounds)
+                calibration.save(key, drafted, step, c.interference, quiet=quiet, deep=deep,
+                                 depths=(line.shallow, line.deep) if deep else (0, 0), rounds=rounds)
 
     @staticmethod
     def _probe_depth(model: LlamaModel, sizes: Sequence[int], want: int = PROBE_DEPTH) -> int:

@@ -3,8 +3,10 @@
 Context rule (documented in docs/how-it-works.md): the system prompt and the newest user message are
 always kept. While the rendered conversation plus room for the reply (max_tokens, at most half
 the context) does not fit, the oldest remaining exchange (a user message and the replies after
-it) is dropped. If the system prompt and the newest message alone do not fit, the request fails
-with ContextFullError before anything is generated.
+it) is dropped. When the newest message holds earlier questions joined into it (questions in a row are
+sent as one turn, the app says which part with EARLIER_MESSAGES / EARLIER_CHARS), those go next. If the
+system prompt and the newest message alone do not fit, the request fails with ContextFullError before
+anything is generated.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from engine.decoding.events import DoneEvent, Event, RoundEvent, TokenEvent
 from engine.decoding.measure import LoadStage, Measuring
+from engine.decoding.joined_turns import earlier_part, plain_turn
 from engine.decoding.reasoning import CLOSE, opens_thinking, split_reply
 from engine.decoding.speculative import LoopOptions, generate
 from engine.drafting.base import Drafter
@@ -129,6 +132,9 @@ class Session(Measuring):
         self._keys: dict[int, str] = {}  # calibration keys of the loaded models (Session._key)
         self._quiet: dict[str, bool] = {}  # per calibration key: measured on an undisturbed machine
         self.kept_calibration: list[str] = []
+        self.provisional_calibration: list[str] = []
+        """Models whose kept calibration was measured beside other work: used, refined by undisturbed rounds."""
+        self._rounds_before: dict[str, int] = {}  # per provisional key: undisturbed rounds counted at earlier launches
         """Names of the models whose costs came from a kept measurement (no measuring at load)."""
         try:
             if calibrate:
@@ -257,29 +263,52 @@ class Session(Measuring):
         msgs = [dict(m) for m in messages]
         if not msgs or msgs[-1].get("role") != "user":
             raise EngineError("a chat request must end with a user message")
+        earlier = earlier_part(msgs[-1])
         reserve = min(reserve, self.target.n_ctx // 2)
-        dropped = 0
-        while True:
+        first = 1 if msgs[0].get("role") == "system" else 0
+        # Where each droppable exchange begins (a user message and the replies after it; the newest stays).
+        cuts = [first] + [j for j in range(first + 1, len(msgs) - 1) if msgs[j].get("role") == "user"]
+        cuts.append(max(first, len(msgs) - 1))
+
+        def fitting(drop: int) -> tuple[bool, list[int], str]:
+            tokens, text = self._tokens_for(msgs[:first] + msgs[cuts[drop]:])
+            tokens += reply_prefix
+            return len(tokens) + reserve <= self.target.n_ctx, tokens, text
+
+        # The fewest oldest exchanges to drop, found by halving: a long imported history took one render and
+        # tokenization of the whole chat per exchange dropped.
+        fits, tokens, text = fitting(0)
+        drop = 0
+        if not fits:
+            drop = len(cuts) - 1
+            fits, tokens, text = fitting(drop)  # all dropped: when even that is too long, no search
+            lo, hi = 1, drop - 1
+            while fits and lo <= hi:
+                mid = (lo + hi) // 2
+                got = fitting(mid)
+                if got[0]:
+                    drop, (fits, tokens, text), hi = mid, got, mid - 1
+                else:
+                    lo = mid + 1
+        del msgs[first:cuts[drop]]
+        dropped = cuts[drop] - first
+        notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
+        if not fits and earlier is not None:
+            # The newest question holds messages it followed (questions in a row are sent as one turn): that
+            # history goes as any other, and the question is sent alone.
+            count, chars = earlier
+            msgs[-1]["content"] = msgs[-1]["content"][chars:]
             tokens, text = self._tokens_for(msgs)
             tokens += reply_prefix
-            if len(tokens) + reserve <= self.target.n_ctx:
-                break
-            first = 1 if msgs[0].get("role") == "system" else 0
-            if first >= len(msgs) - 1:
-                break  # only the system prompt and the newest message remain
-            # Drop the oldest user message and the replies that followed it.
-            end = first + 1
-            while end < len(msgs) - 1 and msgs[end].get("role") != "user":
-                end += 1
-            dropped += end - first
-            del msgs[first:end]
+            dropped += count
+            notes = [f"the chat's history does not fit the context: dropped the {dropped} oldest messages, "
+                     "including the questions the newest one followed"]
         if len(tokens) >= self.target.n_ctx:
             raise ContextFullError(
                 f"the message is too long: {len(tokens)} tokens with the chat template, and the context holds "
                 f"{self.target.n_ctx}. Shorten it or load the model with a longer context.",
                 needed=len(tokens), holds=self.target.n_ctx,
             )
-        notes = [f"dropped the {dropped} oldest messages to fit the context"] if dropped else []
         # A continued reply goes on from its answer: what it adds is answer, whatever the template opened.
         return RenderedPrompt(tokens, dropped, notes, opens_thinking(text) and not reply_prefix,
                               len(tokens) - len(reply_prefix))
@@ -321,7 +350,7 @@ class Session(Measuring):
     def render_text(self, messages: Sequence[dict[str, str]]) -> str:
         """The conversation as the chat template renders it (what other tools can be given)."""
         try:
-            return self._render([dict(m) for m in messages])
+            return self._render([plain_turn(m) for m in messages])
         except Exception as exc:
             raise EngineError(f"the model's chat template failed: {exc}") from None
 
@@ -329,7 +358,7 @@ class Session(Measuring):
         t = self.target
         facts = t.vocab_facts()
         try:
-            text = self._render(msgs)
+            text = self._render([plain_turn(m) for m in msgs])
         except Exception as exc:  # the template may refuse a conversation (e.g. roles must alternate)
             raise EngineError(f"the model's chat template failed: {exc}") from None
         # The template writes BOS itself when the model wants it: do not add a second one.

@@ -231,6 +231,10 @@ class CostModel:
         `draft_per_token` and `catchup` hold them at the line's shallow depth."""
         self.quiet_drafter = QuietDrafter.seeded(None, {})
         """The drafter's costs as undisturbed passes measured them: what is kept for the next launch."""
+        self.quiet_rounds = 0
+        """Rounds whose target pass ran undisturbed: they settle a provisional calibration (calibration.SETTLED_ROUNDS)."""
+        self.quiet_draft_rounds = 0
+        """Rounds whose model drafter's passes ran undisturbed: the same for the drafter's."""
 
     def add_verify(self, n: int, seconds: float) -> None:
         """A calibration point of the shape, at the current speed."""
@@ -333,6 +337,7 @@ class CostModel:
         self.speed.add(ratio)
         if not disturbed(share):
             self.quiet_speed.add(ratio)
+            self.quiet_rounds += 1
         if n == 1:
             self.plain_speed.add(ratio)
 
@@ -354,6 +359,7 @@ class CostModel:
                 self.draft_per_token.add(step / (self.plain_speed.value or 1.0))
                 if calm:
                     self.quiet_drafter.step.add(step)
+                    self.quiet_draft_rounds += 1
             if self.plain_overhead.value is not None:
                 self.overhead_per_draft_token.add(max(0.0, o.overhead_s - self.plain_overhead.value) / o.drafted)
         else:

@@ -34,6 +34,10 @@ QUIET_SHARE = 0.85
 #: wake-ups and waits dominate them (the tests' tiny models: a 3-token pass got 0.3 of its one thread,
 #: quiet). A size, not a time: a time would judge them on a busy machine and not on a quiet one.
 JUDGED_MIN_BYTES = 64 * 2**20
+#: A calibration measured beside other work is used and kept as provisional (a busy laptop measured again at
+#: every launch, 10-15 s before the first reply); the undisturbed rounds a person runs refine it, and after
+#: this many it is kept as the machine's (a reply is 20-100 rounds: a few replies' worth).
+SETTLED_ROUNDS = 64
 
 
 def judged(file_bytes: int) -> bool:
@@ -105,7 +109,8 @@ def _read() -> dict[str, Any]:
 def load(key: str) -> dict[str, Any] | None:
     """The kept entry for `key`, if any and well formed: {'blocks': {n: seconds}, 'step': seconds | None,
     'interference': factor, 'quiet': whether it was measured undisturbed, 'deep': {n: seconds} measured at
-    depths[1] where 'blocks' was at depths[0] (empty: one depth)}."""
+    depths[1] where 'blocks' was at depths[0] (empty: one depth), 'rounds': undisturbed rounds that refined
+    a provisional (not quiet) entry}."""
     entry = _read().get(key)
     if not isinstance(entry, dict):
         return None
@@ -121,8 +126,11 @@ def load(key: str) -> dict[str, Any] | None:
     if not isinstance(interference, (int, float)) or not 1.0 <= interference <= 3.0:
         interference = 1.0
     deep, depths = _deep(entry)
+    rounds = entry.get("rounds", 0)
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        rounds = 0
     return {"blocks": good, "step": step, "interference": float(interference), "quiet": entry.get("quiet") is True,
-            "deep": deep, "depths": depths}
+            "deep": deep, "depths": depths, "rounds": rounds}
 
 
 def _deep(entry: dict[str, Any]) -> tuple[dict[int, float], tuple[int, int]]:
@@ -138,12 +146,14 @@ def _deep(entry: dict[str, Any]) -> tuple[dict[int, float], tuple[int, int]]:
 
 
 def save(key: str, blocks: dict[int, float], step: float | None = None, interference: float = 1.0,
-         quiet: bool = True, deep: dict[int, float] | None = None, depths: tuple[int, int] = (0, 0)) -> None:
+         quiet: bool = True, deep: dict[int, float] | None = None, depths: tuple[int, int] = (0, 0),
+         rounds: int = 0) -> None:
     """Keep `blocks` (seconds per block size), a single step's cost and, for a drafter, how much
     slower the target's next step is after one of its steps, for `key`; `quiet`: measured on a machine
-    that was not busy with other work (a busy one is measured again at the next load). Never raises."""
+    that was not busy with other work, or settled by SETTLED_ROUNDS undisturbed rounds (else it is provisional:
+    used, and refined by the `rounds` undisturbed rounds counted so far). Never raises."""
     entry: dict[str, Any] = {"blocks": {str(n): s for n, s in sorted(blocks.items())}, "step": step,
-                             "interference": interference, "quiet": quiet}
+                             "interference": interference, "quiet": quiet, "rounds": 0 if quiet else rounds}
     if deep:
         entry["deep"] = {str(n): s for n, s in sorted(deep.items())}
         entry["depths"] = list(depths)

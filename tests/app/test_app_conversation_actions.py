@@ -257,6 +257,7 @@ def test_export_writes_every_branch_and_import_gives_the_same_tree_back(qtbot, t
 
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(out), "JSON Lines (*.jsonl)"))
     toolbar_click(qtbot, w, w.act_import)
+    qtbot.waitUntil(lambda: w.controller.current_id != conv.id, timeout=10_000)  # read off the GUI thread
     imported = w.controller.current_id
     assert imported != conv.id and w.controller.current_conversation().title == conv.title
     assert shape(store, imported) == shape(store, conv.id)

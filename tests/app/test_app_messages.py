@@ -211,7 +211,8 @@ def test_delete_moves_what_followed_up_asks_before_losing_a_reply_and_the_next_h
     sent = requests(w)
     r3 = send(qtbot, w, "third question")
     # Two questions in a row after the delete: sent as one turn, so the roles alternate.
-    assert sent[-1].messages == ({"role": "user", "content": "first question\n\nsecond question"},
+    assert sent[-1].messages == ({"role": "user", "content": "first question\n\nsecond question",
+                                  "earlier_messages": "1", "earlier_chars": str(len("first question\n\n"))},
                                  {"role": "assistant", "content": r2.text},
                                  {"role": "user", "content": "third question"})
     u3 = w.controller.messages[3]

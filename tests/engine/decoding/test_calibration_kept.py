@@ -135,7 +135,7 @@ import os  # noqa: E402
 
 def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     calibration.save("k1", {1: 0.1, 4: 0.3}, 0.05, 1.2)
-    one_depth = {"deep": {}, "depths": (0, 0)}
+    one_depth = {"deep": {}, "depths": (0, 0), "rounds": 0}
     assert calibration.load("k1") == {"blocks": {1: 0.1, 4: 0.3}, "step": 0.05, "interference": 1.2, "quiet": True,
                                       **one_depth}
     calibration.save("k2", {2: 0.2}, quiet=False)
@@ -151,6 +151,8 @@ def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     data["odd-interference"] = {"blocks": {"1": 0.1}, "step": 0.1, "interference": 7}
     data["not-a-dict"] = 5
     data["no-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1}  # kept before passes were judged
+    data["provisional"] = {"blocks": {"1": 0.1}, "quiet": False, "rounds": 12}
+    data["odd-rounds"] = {"blocks": {"1": 0.1}, "quiet": False, "rounds": -3}
     data["odd-quiet-flag"] = {"blocks": {"1": 0.1}, "step": 0.1, "quiet": "yes"}
     # A deep shape that cannot be read leaves the entry at one depth (its shallow shape is still good).
     data["deep-depths-reversed"] = {"blocks": {"1": 0.1}, "deep": {"1": 0.2}, "depths": [1024, 128]}
@@ -165,6 +167,7 @@ def test_what_is_kept_reads_back_and_a_malformed_entry_reads_as_nothing():
     for key in ("bad-blocks", "negative", "bad-step", "zero-step", "not-a-dict"):
         assert calibration.load(key) is None, key
     assert calibration.load("odd-interference")["interference"] == 1.0
+    assert calibration.load("provisional")["rounds"] == 12 and calibration.load("odd-rounds")["rounds"] == 0
     assert calibration.load("no-quiet-flag")["quiet"] is False and calibration.load("odd-quiet-flag")["quiet"] is False
     calibration.store_path().write_text("[1, 2]")  # valid JSON, not an object
     assert calibration.load("k1") is None
@@ -215,9 +218,10 @@ def test_the_median_is_of_the_undisturbed_passes_and_says_whether_there_were_eno
     assert calibration.undisturbed_median(busy, 1) == (pytest.approx(0.240), False)  # all of them, not kept as quiet
 
 
-def test_a_calibration_kept_from_a_busy_machine_is_measured_again(tiny):
-    """A store entry measured beside other work (quiet: false) is not trusted: the next load times the
-    target again. An entry measured undisturbed is used as it is."""
+def test_a_calibration_kept_from_a_busy_machine_is_used_as_provisional_not_measured_again(tiny):
+    """A store entry measured beside other work (quiet: false) is used as it is, provisional: a busy laptop
+    measured again at every launch, and the first reply waited for it (tests/engine/decoding/
+    test_calibration_provisional.py: how rounds settle it)."""
     first = open_session(tiny, drafter=False, n_threads=1)
     key = first._key(first.target)
     first.close()
@@ -226,15 +230,11 @@ def test_a_calibration_kept_from_a_busy_machine_is_measured_again(tiny):
     calibration.save(key, entry["blocks"], quiet=False)
     second = open_session(tiny, drafter=False, n_threads=1)
     try:
-        assert second.target.passes > 0 and second.kept_calibration == []
+        assert second.target.passes == 0 and second.kept_calibration == [tiny["target"].name]
+        assert second.provisional_calibration == [tiny["target"].name]
     finally:
         second.close()
-    assert calibration.load(key)["quiet"] is True  # measured again, undisturbed, and kept so
-    third = open_session(tiny, drafter=False, n_threads=1)
-    try:
-        assert third.target.passes == 0 and third.kept_calibration == [tiny["target"].name]
-    finally:
-        third.close()
+    assert calibration.load(key)["quiet"] is False  # no rounds ran: still provisional
 
 
 def test_the_real_target_is_measured_at_two_depths_and_both_are_kept(real_pair, monkeypatch):
