@@ -14,7 +14,7 @@ import httpx  # noqa: E402
 import openai  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-from test_app_support import PROMPT, REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window, send  # noqa: E402
+from app_support import PROMPT, REPLY_TIMEOUT_MS, activate, install_tiny, menu_keys, open_window, send  # noqa: E402
 
 from app.core.settings import load_settings  # noqa: E402
 

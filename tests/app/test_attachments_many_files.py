@@ -16,7 +16,7 @@ import json  # noqa: E402
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 from test_app_attachments import chips_read, paste, urls_mime  # noqa: E402
-from test_app_support import install_tiny, open_window  # noqa: E402
+from app_support import install_tiny, open_window  # noqa: E402
 
 from app.core.settings import settings_path  # noqa: E402
 

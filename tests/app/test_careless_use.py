@@ -12,7 +12,7 @@ import sqlite3  # noqa: E402
 
 from PySide6.QtCore import Qt  # noqa: E402
 from test_app_attachments import chips_read, drop  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, open_window  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, hold_after_first_token, install_tiny, open_window  # noqa: E402
 
 from app.core.settings import settings_path  # noqa: E402
 from app.history.store import database_path  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QProgressDialog, QPushButton  # noqa: E402
-from test_app_support import install_tiny, open_window  # noqa: E402
+from app_support import install_tiny, open_window  # noqa: E402
 
 from app.history.store import database_path  # noqa: E402
 
@@ -176,7 +176,7 @@ def test_a_reply_whose_tokens_were_cut_short_by_hand_is_imported_as_its_text_pro
 
 def test_an_imported_history_too_long_for_the_context_is_dropped_and_the_reply_says_so(
         qtbot, tiny, isolated_home, tmp_path, monkeypatch):
-    from test_app_support import REPLY_TIMEOUT_MS
+    from app_support import REPLY_TIMEOUT_MS
 
     install_tiny(tiny, isolated_home, max_tokens=8, n_ctx=512)
     path = tmp_path / "long-history.jsonl"
