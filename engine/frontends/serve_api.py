@@ -97,6 +97,8 @@ def parse_request(body: bytes, endpoint: Endpoint, defaults: GenerationSettings,
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # thousands of nested arrays: not a request, and json would say so only by a 500
+        raise bad("the request body nests too deeply to be a request", code="invalid_json") from None
     if not isinstance(data, dict):
         raise bad("the request body must be a JSON object", code="invalid_json")
     model = data.get("model")

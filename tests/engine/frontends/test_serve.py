@@ -156,6 +156,7 @@ def test_curl_sees_server_sent_events(served):
 @pytest.mark.parametrize("body, status, code, param", [
     (b"{not json", 400, "invalid_json", None),
     (b"[1, 2]", 400, "invalid_json", None),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "invalid_json", None),
     (json.dumps({"model": "tiny-target", "messages": CHAT, "temperature": "hot"}).encode(), 400, None, "temperature"),
     (json.dumps({"model": "tiny-target", "messages": CHAT, "max_tokens": 0}).encode(), 400, None, "max_tokens"),
     (json.dumps({"model": "tiny-target", "messages": CHAT, "max_tokens": True}).encode(), 400, None, "max_tokens"),
