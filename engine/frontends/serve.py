@@ -34,7 +34,7 @@ from sse_starlette.sse import EventSourceResponse
 from engine.decoding.session import GenerationSettings, Session
 from engine.errors import EngineError
 from engine.frontends.serve_api import ApiError, Endpoint, ErrorKind, ReplyStream, parse_request
-from engine.frontends.serve_engine import _END, Engine, EngineThread, ServedJob, ServedModel
+from engine.frontends.serve_engine import END, Engine, EngineThread, ServedJob, ServedModel
 
 __all__ = ["BackgroundServer", "Engine", "EngineThread", "ServedJob", "ServedModel", "ServerOptions", "make_app",
            "exposure_warning"]
@@ -129,13 +129,13 @@ def make_app(engine: Engine, options: ServerOptions = ServerOptions()) -> Starle
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
         try:
             first = await job.next()
-            if isinstance(first, ApiError) or first is _END:
+            if isinstance(first, ApiError) or first is END:
                 raise first if isinstance(first, ApiError) else ApiError(ErrorKind.ENGINE, "the reply ended unsaid")
             stream = ReplyStream(req)
             if req.stream:
                 watcher.cancel()  # sse-starlette listens for the disconnect from here on
                 return EventSourceResponse(_events(job, stream), sep="\n", ping=15)
-            while (item := await job.next()) is not _END:
+            while (item := await job.next()) is not END:
                 if isinstance(item, ApiError):
                     raise item
                 stream.chunks(item)
@@ -179,7 +179,7 @@ async def _events(job: ServedJob, stream: ReplyStream):
     try:
         if stream.chat:
             yield json.dumps(stream.opening(), ensure_ascii=False)
-        while (item := await job.next()) is not _END:
+        while (item := await job.next()) is not END:
             if isinstance(item, ApiError):
                 yield json.dumps(item.body(), ensure_ascii=False)
                 break

@@ -54,7 +54,7 @@ class Started:
     prompt_tokens: int
 
 
-_END = object()
+END = object()
 """The last item of a job: nothing more comes."""
 
 
@@ -80,7 +80,7 @@ class ServedJob:
 
     # -- the server's side (its event loop) ------------------------------------------------------
     async def next(self) -> Any:
-        """The next item: Started, an engine Event, an ApiError, or _END."""
+        """The next item: Started, an engine Event, an ApiError, or END."""
         return await self._queue.get()
 
     def cancel(self) -> None:
@@ -115,7 +115,7 @@ class ServedJob:
         finally:
             self._stop = None
             self.ended_at = time.monotonic()
-            self._put(_END)
+            self._put(END)
 
     def _start(self, session: Session) -> Iterator[Event]:
         """The reply's events, once the request is known to fit the context (else ApiError, before any)."""
@@ -146,7 +146,7 @@ class ServedJob:
     def _put(self, item: Any) -> None:
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-            if item is _END and self._on_end is not None:
+            if item is END and self._on_end is not None:
                 self._loop.call_soon_threadsafe(self._on_end, self)
         except RuntimeError:  # the server's loop has closed (shutting down): nobody listens
             pass
