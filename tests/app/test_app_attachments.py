@@ -56,6 +56,7 @@ def paste(qtbot, w, mime: QMimeData) -> None:
     QGuiApplication.clipboard().setMimeData(mime)
     w.input.setFocus()
     qtbot.keyClick(w.input, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    QGuiApplication.clipboard().clear()  # the clipboard owns `mime`: left there, interpreter exit frees it twice
 
 
 def chips_read(qtbot, w, n: int) -> list:
