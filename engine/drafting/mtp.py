@@ -3,8 +3,9 @@
 Nothing to catch up on: the assistant shares the target's KV cache and starts each draft from the
 target's hidden state at the position before its last token (engine.llama.mtp.Assistant), so `behind`
 is always 0 and Auto prices it as a model drafter with no backlog. Where the target's last pass did not
-compute that state (a prompt the cache held whole, a reply continued), the round drafts nothing: its
-plain verification pass computes it for the next round.
+compute that state (a prompt the cache held whole, a reply continued), the target reads that one token
+again (a one-token catch-up): a round drafts the same whatever the cache held, so a seed gives the same
+sampled reply.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class MtpDrafter(Drafter):
 
     def __init__(self, assistant: Assistant, target_vocab: int | None = None,
                  is_eog: Callable[[int], bool] | None = None) -> None:
-        self.assistant = assistant
+        self.assistant = self.model = assistant  # `model`: what the stats count passes and decode time of
         self.name = "mtp"
         self.target_vocab = min(target_vocab or assistant.n_vocab, assistant.n_vocab)
         self.is_eog = is_eog or (lambda _tok: False)
@@ -44,8 +45,13 @@ class MtpDrafter(Drafter):
         draft = Draft(key=MTP_KEY, asked=k)
         a = self.assistant
         pos = len(context) - 1  # where the target's last token sits: every step of the round sits there
-        if k <= 0 or pos < 1 or not a.target_state(pos - 1):
+        if k <= 0 or pos < 1:
             return draft
+        if not a.target_state(pos - 1):
+            t0 = time.perf_counter()
+            if not a.reread_target(pos - 1):
+                return draft
+            draft.catchup_s, draft.catchup_tokens = time.perf_counter() - t0, 1
         tok = context[-1]
         t0 = time.perf_counter()
         try:

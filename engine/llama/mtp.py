@@ -23,7 +23,7 @@ import numpy as np
 from engine.errors import EngineError, ModelLoadError
 from engine.gguf_check import validate_gguf
 from engine.llama.backend import LlamaModel, _ensure_backend, _last_log_error
-from engine.llama.types import LoadSettings
+from engine.llama.types import LoadSettings, Logits
 
 ASSISTANT_ARCH = "gemma4-assistant"
 
@@ -109,6 +109,7 @@ class Assistant:
         self._h = np.zeros(self.n_embd, dtype=np.float32)  # the state a step reads, owned here
         self._embd = lc.llama_embd(self._h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
         self.passes = 0
+        self.decode_s = 0.0  # seconds inside llama_process, as LlamaModel.decode_s
         self.last_share = 1.0
         """Of the CPU time the last step's threads could have had, the share they got (as LlamaModel's)."""
 
@@ -129,6 +130,18 @@ class Assistant:
         self._h[:] = np.ctypeslib.as_array(row, shape=(self.n_embd,))
         return True
 
+    def reread_target(self, pos: int) -> bool:
+        """The target reads its cache's last token (at `pos`) again, so its hidden state there is at hand: one
+        single-token pass, where a cache reused whole left none (a reply to a prompt it held). False where `pos`
+        is not its last token."""
+        t = self.target
+        if pos < 0 or len(t.kv) != pos + 1:
+            return False
+        token = t.kv[pos]
+        t.truncate(pos)
+        t.decode([token], Logits.NONE)
+        return self.target_state(pos)
+
     def step(self, token: int, pos: int) -> np.ndarray:
         """One pass: `token` at `pos` with the loaded state; returns its logits (a view valid until the next
         step) and loads its own hidden state for the step after."""
@@ -143,6 +156,7 @@ class Assistant:
         rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         self.passes += 1
+        self.decode_s += wall
         threads = max(1, self.target.n_threads)
         self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.target.cpu_bound else 1.0
         if rc != 0:
