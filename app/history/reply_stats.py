@@ -121,7 +121,8 @@ class ReplyStats:
 
 
 #: The order modes are named in: the free drafters, the model, plain rounds last.
-_MODE_ORDER = (DraftKind.LOOKUP.value, DraftKind.HISTORY.value, DraftKind.MODEL.value, DraftKind.NONE.value)
+_MODE_ORDER = (DraftKind.LOOKUP.value, DraftKind.HISTORY.value, DraftKind.MODEL.value, DraftKind.MTP.value,
+               DraftKind.NONE.value)
 
 
 def _modes(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -130,7 +131,7 @@ def _modes(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
 
 
 _MODE_WORDS = {DraftKind.LOOKUP.value: "lookup", DraftKind.HISTORY.value: "past chats", DraftKind.MODEL.value: "model",
-               DraftKind.NONE.value: "plain"}
+               DraftKind.MTP.value: "assistant", DraftKind.NONE.value: "plain"}
 
 
 def modes_label(modes: tuple[tuple[str, int], ...]) -> str:

@@ -103,6 +103,9 @@ class Session(Measuring):
         self._draft_load = draft_load or target_load
         self._progress = progress
         self._kernel_note: list[str] = []  # where llama.cpp's AMX kernels crash in this build
+        if is_assistant(target):  # llama.cpp would say only that it "requires ctx_other"
+            raise EngineError(f"{Path(target).name} is a Gemma 4 assistant: it drafts for a Gemma 4 target "
+                              "and cannot answer on its own")
         self.target = self._open(Path(target), target_load, LoadStage.TARGET, cancel)
         self.costs = CostModel()
         self.stop_event = StopRequest()
