@@ -53,3 +53,17 @@ def target_heads(path: str | Path) -> int | None:
     """Layers of MTP (nextn) heads inside a target file (a model with its own heads), 0 for none."""
     info = _info(path)
     return None if info is None else _int(info.metadata, f"{info.architecture}.nextn_predict_layers") or 0
+
+
+def own_heads(target: str | Path, drafter: str | Path) -> str | None:
+    """Why a target named as its own drafter, a model with MTP (nextn) heads inside, drafts nothing here; None
+    where that is not the case. Checked before anything loads: the file would otherwise load a second time."""
+    try:
+        same = Path(target).resolve() == Path(drafter).resolve()
+    except OSError:
+        return None
+    heads = target_heads(target) if same else 0
+    if not heads:
+        return None
+    return (f"{Path(target).name} carries its own MTP heads ({heads} nextn layer{'s' if heads > 1 else ''}); "
+            "drafting with them is not supported yet: plain decoding")

@@ -29,7 +29,7 @@ from engine.drafting.lookup import LookupDrafter
 from engine.drafting.model import ModelDrafter
 from engine.drafting.mtp import MtpDrafter
 from engine.drafting.policy import DraftPolicy, NoDraft, ReplyAuto, make_policy
-from engine.assistant_fit import is_assistant, misfit
+from engine.assistant_fit import is_assistant, misfit, own_heads
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.gguf_check import validate_gguf
 from engine.llama import amx_check, cpu_weights
@@ -168,6 +168,12 @@ class Session(Measuring):
         target's context length and checked against llama.cpp's pairing rules first. If that
         fails or `cancel` is set, the drafter in use stays, measured as it was."""
         spec = DraftSpec.parse(draft)
+        if spec.model is not None and (why := own_heads(self.target.path, spec.model)) is not None:
+            if not self.target.can_trim:
+                why += f" (and {self.target.path.name} cannot roll back its cache: a hybrid or recurrent model)"
+            self.draft_model, self.assistant, self.spec, self.drafter = None, None, spec, None
+            self._drafter_note = [why]
+            return
         if spec.model is not None and is_assistant(spec.model):
             self._set_assistant(spec, Path(spec.model))
             return
