@@ -128,6 +128,9 @@ class SpecResult:
     """The generated text (the tool echoes the prompt first; None when the echo is not found)."""
     command: tuple[str, ...]
     """The command line that ran (the prompt file is a temporary copy, gone afterwards)."""
+    rounds: tuple[tuple[int, int], ...] = ()
+    """Per round, (draft tokens kept, drafted), plain rounds as (0, 0): where the tool ran with --verbose, whose
+    debug log says them; else empty."""
 
     @property
     def acceptance(self) -> float | None:
@@ -323,6 +326,7 @@ _DECODED = re.compile(rf"decoded\s+{_INT} tokens in\s+{_FLOAT} seconds, speed:\s
 _ENCODED = re.compile(rf"encoded\s+{_INT} tokens in")
 _DRAFTED = re.compile(rf"n_drafted\s*=\s*{_INT}")
 _ACCEPTED = re.compile(rf"n_accept\s*=\s*{_INT}")
+_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 
 
 def parse_speculative(
@@ -344,6 +348,7 @@ def parse_speculative(
         n_accepted=int(accepted.group(1)),
         text=_generated_text(stdout, prompt),
         command=command,
+        rounds=tuple((int(kept), int(drafted)) for kept, drafted in _ROUND.findall(stderr)),
     )
 
 
