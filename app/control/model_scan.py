@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import paths
+from engine.assistant_fit import ASSISTANT_ARCH, misfit
 from engine.llama import cpu_weights
 from engine.drafting.compat import incompatibilities, vocab_of_file
 from engine.errors import EngineError
@@ -190,12 +191,28 @@ def drafter_options(target: Path, candidates: Sequence[ModelEntry]) -> list[Draf
         return []
     if _store is not None and hasattr(_store, "pair_options"):
         try:
-            return _store_options(target, others)
+            return _assistants_judged(target, _store_options(target, others))
         except EngineError:
             raise
         except Exception:  # noqa: BLE001 - the models API misbehaved: judge the pairs here instead
             pass
-    return _local_options(target, others)
+    return _assistants_judged(target, _local_options(target, others))
+
+
+def _assistants_judged(target: Path, options: list[DrafterOption]) -> list[DrafterOption]:
+    """A Gemma 4 assistant shares the vocabulary of every Gemma 4, but drafts only for the one whose width it
+    reads (engine.assistant_fit), and only with a llama.cpp build that has the nextn calls."""
+    if not any(o.model.architecture == ASSISTANT_ARCH for o in options):
+        return options
+    from engine.llama.mtp import unavailable  # off the GUI thread: it resolves llama.cpp's C++ symbols
+
+    out = []
+    for o in options:
+        if o.model.architecture == ASSISTANT_ARCH:
+            why = misfit(target, o.model.path) or unavailable()
+            o = replace(o, compatible=why is None, reasons=(why,) if why else (), warning=None)
+        out.append(o)
+    return sorted(out, key=lambda o: (not o.compatible, o.model.n_params))
 
 
 def _store_options(target: Path, others: Sequence[ModelEntry]) -> list[DrafterOption]:

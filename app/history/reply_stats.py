@@ -122,7 +122,7 @@ class ReplyStats:
 
 
 #: The order modes are named in: the free drafters, the model, plain rounds last.
-_MODE_ORDER = (DraftKind.LOOKUP, DraftKind.HISTORY, DraftKind.MODEL, DraftKind.NONE)
+_MODE_ORDER = (DraftKind.LOOKUP, DraftKind.HISTORY, DraftKind.MODEL, DraftKind.MTP, DraftKind.NONE)
 
 
 def _modes(counts: dict[DraftKind, int]) -> tuple[tuple[DraftKind, int], ...]:
@@ -131,7 +131,7 @@ def _modes(counts: dict[DraftKind, int]) -> tuple[tuple[DraftKind, int], ...]:
 
 
 _MODE_WORDS = {DraftKind.LOOKUP: "lookup", DraftKind.HISTORY: "past chats", DraftKind.MODEL: "model",
-               DraftKind.NONE: "plain"}
+               DraftKind.MTP: "assistant", DraftKind.NONE: "plain"}
 
 
 def modes_label(modes: tuple[tuple[DraftKind, int], ...]) -> str:

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.assistant_fit import ASSISTANT_ARCH
+from engine.assistant_fit import LABEL as ASSISTANT_LABEL
 from engine.drafting.draft_choice import DraftLength, DraftSpec
 
 from app.control.model_scan import DrafterOption, ModelEntry, entry_for, human_bytes
@@ -28,6 +30,7 @@ from app.core.settings import AppSettings
 
 BROWSE = "__browse__"
 FAST_COPY = "__fast_copy__"
+UNFIT = "__unfit__"
 
 
 class ModelBar(QWidget):
@@ -136,6 +139,8 @@ class ModelBar(QWidget):
         if not models and not current:
             self.target.addItem("No model installed: open Models…", "")
         for m in models:
+            if m.architecture == ASSISTANT_ARCH:
+                continue  # it only drafts: it cannot answer alone
             self.target.addItem(m.label, str(m.path))
             self.target.setItemData(self.target.count() - 1, f"{m.path}\n{m.architecture}, {human_bytes(m.size_bytes)}",
                                     Qt.ItemDataRole.ToolTipRole)
@@ -160,18 +165,26 @@ class ModelBar(QWidget):
         self.drafter.blockSignals(True)
         self.drafter.clear()
         for o in options:
+            rides = o.model.architecture == ASSISTANT_ARCH
             if not o.compatible:
+                if rides:  # said, not hidden: a Gemma 4 assistant looks as if it should fit any Gemma 4
+                    self._add_unfit(o)
                 continue
             tip = f"{o.model.path}" + (f"\nNote: {o.warning}" if o.warning else "")
-            self.drafter.addItem(f"prompt lookup + {o.model.label}", DraftSpec.with_lookup(o.model.path).text)
-            self.drafter.setItemData(self.drafter.count() - 1, f"lookup + {o.model.short_label}", SHORT_ROLE)
+            label, short = (f"{ASSISTANT_LABEL} · {o.model.short_label}", ASSISTANT_LABEL) if rides else (
+                o.model.label, o.model.short_label)
+            if rides:
+                tip = (f"Drafts from the target's own hidden state and shares its cache: nothing to read "
+                       f"before drafting, a step costs a few small layers.\n{tip}")
+            self.drafter.addItem(f"prompt lookup + {label}", DraftSpec.with_lookup(o.model.path).text)
+            self.drafter.setItemData(self.drafter.count() - 1, f"lookup + {short}", SHORT_ROLE)
             self.drafter.setItemData(self.drafter.count() - 1,
                                      "Prompt lookup drafts where the reply copies the conversation, the model where "
                                      f"it does not; with Auto, each only where it pays.\n{tip}",
                                      Qt.ItemDataRole.ToolTipRole)
-            self.drafter.addItem(o.model.label, DraftSpec(Path(o.model.path)).text)
+            self.drafter.addItem(label, DraftSpec(Path(o.model.path)).text)
             self.drafter.setItemData(self.drafter.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
-            self.drafter.setItemData(self.drafter.count() - 1, o.model.short_label, SHORT_ROLE)
+            self.drafter.setItemData(self.drafter.count() - 1, short, SHORT_ROLE)
         self.drafter.addItem("prompt lookup", DraftSpec.LOOKUP.text)
         self.drafter.setItemData(self.drafter.count() - 1,
                                  "Drafts by copying what followed the same words earlier in the conversation: "
@@ -183,8 +196,18 @@ class ModelBar(QWidget):
         self.drafter.blockSignals(False)
         self.drafter.update_tip()
 
+    def _add_unfit(self, o: DrafterOption) -> None:
+        """A drafter shown but not offered: greyed out, with why it does not fit."""
+        why = "; ".join(o.reasons) or "it does not fit this target"
+        self.drafter.addItem(f"{ASSISTANT_LABEL} · {o.model.short_label}: not for this target", UNFIT)
+        i = self.drafter.count() - 1
+        self.drafter.setItemData(i, f"{o.model.path}\nCannot draft for this target: {why}", Qt.ItemDataRole.ToolTipRole)
+        self.drafter.setItemData(i, f"{ASSISTANT_LABEL}: not for this target", SHORT_ROLE)
+        self.drafter.model().item(i).setEnabled(False)
+
     def drafter_choices(self) -> list[DraftSpec]:
-        return [DraftSpec.parse(self.drafter.itemData(i)) for i in range(self.drafter.count())]
+        return [DraftSpec.parse(self.drafter.itemData(i)) for i in range(self.drafter.count())
+                if self.drafter.itemData(i) != UNFIT]
 
     def current_drafter(self) -> DraftSpec:
         return DraftSpec.parse(self.drafter.currentData())

@@ -30,7 +30,9 @@ from engine.drafting.draft_choice import DraftLength, DraftSpec
 from engine.drafting.history_index import HistoryIndex, vocab_fingerprint
 from engine.drafting.lookup import LookupDrafter
 from engine.drafting.model import ModelDrafter
+from engine.drafting.mtp import MtpDrafter
 from engine.drafting.policy import DraftPolicy, NoDraft, ReplyAuto, make_policy
+from engine.assistant_fit import is_assistant, misfit, own_heads
 from engine.errors import ContextFullError, EngineError, LoadCancelled
 from engine.gguf_check import validate_gguf
 from engine.llama import amx_check, cpu_weights
@@ -41,6 +43,7 @@ from engine.llama.backend import (
     offloads,
     repacking_decided,
 )
+from engine.llama.mtp import Assistant
 from engine.llama.types import LoadSettings, StopRequest
 from engine.sampling import SamplingParams
 
@@ -105,6 +108,9 @@ class Session(Measuring):
         self._draft_load = draft_load or target_load
         self._progress = progress
         self._kernel_note: list[str] = []  # where llama.cpp's AMX kernels crash in this build
+        if is_assistant(target):  # llama.cpp would say only that it "requires ctx_other"
+            raise EngineError(f"{Path(target).name} is a Gemma 4 assistant: it drafts for a Gemma 4 target "
+                              "and cannot answer on its own")
         self.target = self._open(Path(target), target_load, LoadStage.TARGET, cancel)
         self.costs = CostModel()
         self.stop_event = StopRequest()
@@ -113,7 +119,9 @@ class Session(Measuring):
         self._render, self._template_note, self.stop_strings = self._chat_renderer()
         self.spec = DraftSpec()
         self.draft_model: LlamaModel | None = None
-        self._loaded_drafters: dict[Path, LlamaModel] = {}
+        self._loaded_drafters: dict[Path, LlamaModel | Assistant] = {}
+        self.assistant: Assistant | None = None
+        """A drafter that rides the target (a Gemma 4 assistant), where one drafts (draft_model is then None)."""
         self._drafter_costs: dict[int, tuple[Ewma, BlockCost, float, DepthLine | None, QuietDrafter]] = {}
         """Per loaded drafter (id): its step, catch-up and interference as this session last had them, so a
         switch back neither measures nor reads the store again (kept figures are at another moment's speed)."""
@@ -168,6 +176,15 @@ class Session(Measuring):
         target's context length and checked against llama.cpp's pairing rules first. If that
         fails or `cancel` is set, the drafter in use stays, measured as it was."""
         spec = DraftSpec.parse(draft)
+        if spec.model is not None and (why := own_heads(self.target.path, spec.model)) is not None:
+            if not self.target.can_trim:
+                why += f" (and {self.target.path.name} cannot roll back its cache: a hybrid or recurrent model)"
+            self.draft_model, self.assistant, self.spec, self.drafter = None, None, spec, None
+            self._drafter_note = [why]
+            return
+        if spec.model is not None and is_assistant(spec.model):
+            self._set_assistant(spec, Path(spec.model))
+            return
         model = None
         fresh = False
         if spec.model is not None:
@@ -196,6 +213,7 @@ class Session(Measuring):
         if fresh:
             self._loaded_drafters[path] = model  # kept: switching back is instant
         self.draft_model = model
+        self.assistant = None
         self.spec = spec
         self.drafter = self._make_drafter()
         if changed:
@@ -207,6 +225,28 @@ class Session(Measuring):
             c.quiet_drafter = quiet
         if changed:
             self._prime()
+
+    def _set_assistant(self, spec: DraftSpec, path: Path) -> None:
+        """Draft with a Gemma 4 assistant bound to the target: refused, with the reason, before anything loads
+        where it does not fit; nothing to measure (Auto prices an unmeasured step at a third of a target step
+        and learns its cost from the rounds), nothing to read ahead (it shares the target's cache)."""
+        why = misfit(self.target.path, path)
+        if why is None and not self.target.can_trim:
+            why = f"{self.target.path.name} cannot roll back its cache (recurrent or hybrid model)"
+        if why is not None:
+            raise EngineError(f"cannot draft with {path.name}: {why}")
+        assistant = self._loaded_drafters.get(path)
+        if not isinstance(assistant, Assistant):
+            assistant = self._loaded_drafters[path] = Assistant(path, self.target, self._draft_load)
+        previous, c = self.draft_model, self.costs
+        if previous is not None:
+            self._drafter_costs[id(previous)] = (c.draft_per_token, c.catchup, c.interference, c.draft_depth,
+                                                 c.quiet_drafter)
+        if assistant is not self.assistant:
+            c.draft_per_token, c.catchup, c.interference, c.draft_depth = Ewma(), BlockCost(), 1.0, None
+            c.quiet_drafter = QuietDrafter.seeded(None, {})
+        self.draft_model, self.assistant, self.spec = None, assistant, spec
+        self.drafter = self._make_drafter()
 
     def _drafter_file(self, path: Path, load: LoadSettings, cancel: threading.Event | None) -> Path:
         """The file to load for drafter `path`: its copy made for this CPU where one helps (made now,
@@ -240,8 +280,10 @@ class Session(Measuring):
             self._drafter_note = [f"drafter: {self.draft_model.path.name}, a copy of {Path(self.spec.model).name} made "
                                   "for this CPU (Q4_0: drafting costs about a third less; replies are the same)"]
         lookup = LookupDrafter(history=self.history) if self.spec.lookup else None
-        model = (ModelDrafter(self.draft_model, target_vocab=self.target.n_vocab, is_eog=self.target.is_eog)
-                 if self.draft_model is not None else None)
+        model: Drafter | None = (ModelDrafter(self.draft_model, target_vocab=self.target.n_vocab, is_eog=self.target.is_eog)
+                                 if self.draft_model is not None else None)
+        if self.assistant is not None:
+            model = MtpDrafter(self.assistant, target_vocab=self.target.n_vocab, is_eog=self.target.is_eog)
         if lookup and model:
             return CombinedDrafter(lookup, model)
         return lookup or model
@@ -374,8 +416,9 @@ class Session(Measuring):
         if self.drafter is None:
             return NoDraft()
         if settings.draft_max.is_auto:
-            return self._auto.for_reply(self.costs, self.drafter.uses_model, self.spec, prompt, continues)
-        return make_policy(settings.draft_max, self.costs, self.drafter.uses_model)
+            return self._auto.for_reply(self.costs, self.drafter.uses_model, self.spec, prompt, continues,
+                                        self.drafter.model_key)
+        return make_policy(settings.draft_max, self.costs, self.drafter.uses_model, self.drafter.model_key)
 
     def chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings = GenerationSettings(),
              reply_prefix: Sequence[int] = ()) -> Iterator[Event]:
@@ -486,7 +529,7 @@ class Session(Measuring):
             if m is not None:
                 m.close()
         self._loaded_drafters = {}
-        self.draft_model = None
+        self.draft_model = self.assistant = None
 
 
 def _thinking_apart(events: Iterator[Event], opened: bool) -> Iterator[Event]:

@@ -15,7 +15,6 @@ import statistics
 
 from engine.decoding.events import Certainty
 from engine.drafting.costs import CostModel, RoundOutcome, ran_on
-from engine.drafting.draft_choice import DraftKind
 
 #: Rounds before a verdict is given: the first ones carry warm-up and one noisy pass decides too much.
 MIN_ROUNDS = 4
@@ -48,7 +47,7 @@ class PlainEstimate:
         block ended at an end-of-generation token, which plain decoding decodes too, emitting nothing (left
         out, a 17-token reply decoded plainly read 0.94x)."""
         n = o.drafted + 1
-        model = bool(o.drafted) and o.key.kind is DraftKind.MODEL
+        model = bool(o.drafted) and o.key.kind.runs_model
         after_model, self._after_model = model or (n == 1 and self._after_model), model
         threads = ran_on(o.threads)
         if costs.plain_price(n, o.verify_s, o.depth, threads) is None:
@@ -158,6 +157,6 @@ class ControlRounds:
             self.since, self.spent_s, self.tokens = 0, 0.0, 0
             return
         self.since += 1
-        self.model = o.key.kind is DraftKind.MODEL
+        self.model = o.key.kind.runs_model
         self.spent_s += o.verify_s + o.draft_s + o.catchup_s + o.overhead_s
         self.tokens += kept

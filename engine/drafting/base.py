@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.drafting.draft_choice import DraftKind
-from engine.drafting.request import DraftKey, DraftRequest
+from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
 from engine.sampling import Distribution, SamplingParams
 
 #: The policy's say over a proposed draft: how many of its tokens to verify.
@@ -77,6 +77,8 @@ class Drafter(ABC):
     name: str = "drafter"
     #: True when proposing costs forward passes of a model (the policy prices it)
     uses_model: bool = False
+    #: The key a drafter that runs a model drafts under: Auto learns its acceptance there
+    model_key: DraftKey = MODEL_KEY
 
     def begin(self, context: Sequence[int], stop: threading.Event | None = None) -> None:
         """A new reply starts from `context` (prompt tokens); a set `stop` may cut a long read short."""

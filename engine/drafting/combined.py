@@ -8,7 +8,6 @@ import numpy as np
 
 from engine.drafting.base import Draft, Drafter, Prune, keep_all
 from engine.drafting.lookup import LookupDrafter
-from engine.drafting.model import ModelDrafter
 from engine.drafting.request import DraftRequest
 from engine.sampling import SamplingParams
 
@@ -18,9 +17,11 @@ class CombinedDrafter(Drafter):
 
     uses_model = True
 
-    def __init__(self, lookup: LookupDrafter, model: ModelDrafter) -> None:
+    def __init__(self, lookup: LookupDrafter, model: Drafter) -> None:
+        """`model`: a drafter that runs a model (engine.drafting.model, or one riding the target: engine.drafting.mtp)."""
         self.lookup, self.model = lookup, model
-        self.name = "lookup+model"
+        self.model_key = model.model_key
+        self.name = f"lookup+{model.name}"
 
     @property
     def passes(self) -> int:

@@ -5,7 +5,6 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from engine.drafting.draft_choice import DraftKind
 from engine.drafting.request import MODEL_KEY, DraftKey
 from engine.llama.calibration import disturbed
 
@@ -354,7 +353,7 @@ class CostModel:
             if calm:
                 self.quiet_drafter.catchup.add(o.catchup_tokens, read)
         if o.drafted:
-            if o.key.kind is DraftKind.MODEL:  # a lookup costs next to nothing and is not priced
+            if o.key.kind.runs_model:  # a lookup costs next to nothing and is not priced
                 step = o.draft_s / max(o.draft_steps, o.drafted) / self.draft_factor(o.depth)
                 self.draft_per_token.add(step / (self.plain_speed.value or 1.0))
                 if calm:

@@ -24,6 +24,12 @@ class DraftKind(StrEnum):
     MODEL = "model"
     LOOKUP = "lookup"
     HISTORY = "history"  # prompt lookup in past conversations (engine.drafting.history_index)
+    MTP = "mtp"  # a drafter that rides the target: a Gemma 4 assistant (engine.drafting.mtp)
+
+    @property
+    def runs_model(self) -> bool:
+        """Each drafted token costs a forward pass of a model (priced by the cost model; lookups are free)."""
+        return self in (DraftKind.MODEL, DraftKind.MTP)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,10 @@ MARGIN = 1.02
 #: Prior acceptance of a kind of draft, as a Beta (mean, worth this many judgements): a model
 #: drafter of the target's family usually agrees, a lookup is a guess. The weight fades as the
 #: kind's own rounds pass (halved after POOLED_ROUNDS), down to PRIOR_FLOOR.
-PRIORS = {DraftKind.MODEL: (0.8, 5.0), DraftKind.LOOKUP: (0.5, 2.0), DraftKind.HISTORY: (0.5, 2.0)}
+#: A Gemma 4 assistant keeps about half of its drafts (llama.cpp's draft-mtp on the same pair), fewer than a
+#: family model drafter.
+PRIORS = {DraftKind.MODEL: (0.8, 5.0), DraftKind.MTP: (0.6, 5.0), DraftKind.LOOKUP: (0.5, 2.0),
+          DraftKind.HISTORY: (0.5, 2.0)}
 PRIOR_FLOOR = 2.0
 #: Rounds whose judgements the pooled estimate keeps; rounds a position's own judgements are kept.
 POOLED_ROUNDS, OWN_ROUNDS = 16, 32
@@ -286,10 +289,13 @@ class AutoK(DraftPolicy):
 
     label = AUTO_TEXT
 
-    def __init__(self, costs: CostModel, k_max: int = 16, drafter_is_model: bool = True) -> None:
+    def __init__(self, costs: CostModel, k_max: int = 16, drafter_is_model: bool = True,
+                 model_key: DraftKey = MODEL_KEY) -> None:
         self.costs = costs
         self.k_max = k_max
         self.drafter_is_model = drafter_is_model
+        self.model_key = model_key
+        """The key the drafter that runs a model drafts under (a family model, or an MTP assistant)."""
         self.tables: dict[DraftKey, Acceptance] = {}
         self.probes: dict[DraftKind, _Probe] = {}
         """Per kind, not per key: a kind's match lengths and buckets share one probe budget."""
@@ -413,10 +419,10 @@ class AutoK(DraftPolicy):
     def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
         if behind - 1 > judgeable:  # the prompt is unread: judgeable is the whole reply so far
             remaining = expected_remaining(remaining, judgeable)
-        model_k = (self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind, remaining=remaining)
+        model_k = (self._decide(self.model_key, limit, with_draft_cost=True, behind=behind, remaining=remaining)
                    if self.drafter_is_model else 0)
         lookup_k = min(limit, self.k_max)
-        if model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable and self.cautious():
+        if model_k and not self.table(self.model_key).rounds and behind - 1 > judgeable and self.cautious():
             # Nothing judged the model yet, it must read the prompt anyway, and a rejected draft costs plain
             # rounds here (a CPU): a look, not a draft on the prior. Where blocks cost next to one token (a
             # GPU) the prior's draft loses little and wins at once: replayed, looks cost 5% there.
@@ -434,11 +440,11 @@ class AutoK(DraftPolicy):
         another look (LOOK_CLEAR; only where a rejected draft costs plain rounds: cautious)."""
         if self._model_drafted or not 0 < self._looks < LOOKS or not self.cautious():
             return False
-        rates = self.rates(MODEL_KEY, k, True)
+        rates = self.rates(self.model_key, k, True)
         return rates[k] < rates[0] * LOOK_CLEAR
 
     def prune(self, key: DraftKey, proposed: int) -> int:
-        if key.kind is DraftKind.MODEL:
+        if key.kind.runs_model:
             return proposed  # k was already chosen for it, drafting cost included
         return self._decide(key, proposed, with_draft_cost=False)
 
@@ -449,7 +455,7 @@ class AutoK(DraftPolicy):
         for kind, probe in self.probes.items():
             if not (o.drafted and kind is o.key.kind):
                 probe.idle_s += spent
-        self._looks += any(key.kind is DraftKind.MODEL for key, _, _ in o.aside)  # a look's judgements
+        self._looks += any(key.kind.runs_model for key, _, _ in o.aside)  # a look's judgements
         for key, judged, kept in o.aside:
             if judged:  # as good as a probe of that kind, at no cost: its budget starts again
                 self.table(key).observe(judged, kept)
@@ -458,7 +464,7 @@ class AutoK(DraftPolicy):
         if not o.drafted:
             return
         self.table(o.key).observe(o.drafted, o.accepted)
-        self._model_drafted |= o.key.kind is DraftKind.MODEL
+        self._model_drafted |= o.key.kind.runs_model
         probe = self.probes.setdefault(o.key.kind, _Probe())
         was_probe = o.key in self._probing
         self._probing.discard(o.key)
@@ -476,13 +482,13 @@ class ReplyAuto:
         self._last: tuple[object, tuple[int, ...], AutoK] | None = None  # (drafter, prompt, its Auto)
 
     def for_reply(self, costs: CostModel, drafter_is_model: bool, drafter: object, prompt: Sequence[int],
-                  continues: bool = False) -> AutoK:
+                  continues: bool = False, model_key: DraftKey = MODEL_KEY) -> AutoK:
         """`drafter`: what drafts (compared by equality); `prompt`: the tokens the reply starts after (a
         continuation's too, without the reply so far); `continues`: the reply so far is part of the context."""
         last = self._last
         if continues and last is not None and last[0] == drafter and last[2].costs is costs and last[1] == tuple(prompt):
             return last[2]
-        auto = AutoK(costs, drafter_is_model=drafter_is_model)
+        auto = AutoK(costs, drafter_is_model=drafter_is_model, model_key=model_key)
         self._last = (drafter, tuple(prompt), auto)
         return auto
 
@@ -490,8 +496,9 @@ class ReplyAuto:
         self._last = None
 
 
-def make_policy(draft_max: DraftLength, costs: CostModel, drafter_is_model: bool) -> DraftPolicy:
+def make_policy(draft_max: DraftLength, costs: CostModel, drafter_is_model: bool,
+                model_key: DraftKey = MODEL_KEY) -> DraftPolicy:
     """The policy for a request's draft length: Auto, k=0 (plain) or a fixed k."""
     if draft_max.is_auto:
-        return AutoK(costs, drafter_is_model=drafter_is_model)
+        return AutoK(costs, drafter_is_model=drafter_is_model, model_key=model_key)
     return NoDraft() if draft_max.k == 0 else FixedK(draft_max.k)

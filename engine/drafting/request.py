@@ -31,6 +31,7 @@ class DraftKey:
 
 
 MODEL_KEY = DraftKey(DraftKind.MODEL)
+MTP_KEY = DraftKey(DraftKind.MTP)
 #: Lookup match lengths learned apart: 2, 3 and 4 tokens, then 5-7, 8-15, 16-31 and 32 or more (a reply
 #: copying a passage matches dozens of tokens, and goes on copying far more often than a short match).
 MATCH_BUCKETS = (2, 3, 4, 5, 8, 16, 32)

@@ -35,7 +35,8 @@ def register(sub) -> None:
                    help="folder with llama.cpp's own llama-bench (scripts/build_llama_tools.sh): report plain / llama-bench tg")
     b.add_argument("--native-modes", default=None,
                    help="with --native: llama.cpp speculative modes to run head to head, e.g. "
-                        "'draft-simple@4,ngram-simple,ngram-map-k,ngram-mod,ngram-cache' (draft-simple uses the first drafter given)")
+                        "'draft-simple@4,ngram-simple,ngram-map-k,ngram-mod,ngram-cache' (draft-simple and draft-mtp use the "
+                        "first drafter given; draft-mtp wants a Gemma 4 assistant)")
     b.add_argument("--history-warm", type=Path, default=None, metavar="FILE",
                    help="for 'history': conversations (JSONL, as --prompts) to index; each prompt is measured with an "
                         "index of the OTHER conversations only (default: the --prompts file itself)")
@@ -173,7 +174,8 @@ def _native_modes(args, variants):
     modes = []
     for item in (i.strip() for i in args.native_modes.split(",") if i.strip()):
         kind, _, k = item.partition("@")
-        if kind == native.DRAFT_SIMPLE and not models:
-            raise EngineError("draft-simple needs a drafter model among --draft")
-        modes.append(NativeVariant(kind, int(k) if k else None, models[0] if kind == native.DRAFT_SIMPLE else None))
+        with_model = kind in (native.DRAFT_SIMPLE, native.DRAFT_MTP)
+        if with_model and not models:
+            raise EngineError(f"{kind} needs a drafter model among --draft")
+        modes.append(NativeVariant(kind, int(k) if k else None, models[0] if with_model else None))
     return native.locate(args.native), modes

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.assistant_fit import is_assistant
 from engine.errors import EngineError
 from engine.gguf_check import validate_gguf
 
@@ -27,11 +28,14 @@ BENCH = "llama-bench"
 SPECULATIVE = "llama-speculative-simple"
 DRAFT_SIMPLE = "draft-simple"
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-SPEC_TYPES = (DRAFT_SIMPLE, *NGRAM_TYPES)
+#: A drafter that rides the target (`-md` a Gemma 4 assistant): it reads the target's hidden state and KV cache.
+DRAFT_MTP = "draft-mtp"
+SPEC_TYPES = (DRAFT_SIMPLE, DRAFT_MTP, *NGRAM_TYPES)
 #: Each type's own flag for its longest draft, and llama.cpp's default for it (common/common.h).
 #: ngram-cache has no flag: it always drafts up to 8 tokens (common/speculative.cpp).
 _DRAFT_MAX_FLAGS = {
     DRAFT_SIMPLE: ("--spec-draft-n-max", 3),
+    DRAFT_MTP: ("--spec-draft-n-max", 3),
     "ngram-simple": ("--spec-ngram-simple-size-m", 48),
     "ngram-map-k": ("--spec-ngram-map-k-size-m", 48),
     "ngram-map-k4v": ("--spec-ngram-map-k4v-size-m", 48),
@@ -124,6 +128,9 @@ class SpecResult:
     """The generated text (the tool echoes the prompt first; None when the echo is not found)."""
     command: tuple[str, ...]
     """The command line that ran (the prompt file is a temporary copy, gone afterwards)."""
+    rounds: tuple[tuple[int, int], ...] = ()
+    """Per round, (draft tokens kept, drafted), plain rounds as (0, 0): where the tool ran with --verbose, whose
+    debug log says them; else empty."""
 
     @property
     def acceptance(self) -> float | None:
@@ -258,11 +265,12 @@ def speculative(
 
     `spec_type` defaults to draft-simple when a drafter is given; without one it must be an
     ngram-* type. `draft_max` goes to that type's own length flag (ngram-cache has none)."""
-    spec_type = spec_type or (DRAFT_SIMPLE if drafter is not None else None)
+    if spec_type is None and drafter is not None:
+        spec_type = DRAFT_MTP if is_assistant(drafter) else DRAFT_SIMPLE
     if spec_type not in SPEC_TYPES:
         raise EngineError(f"spec_type must be one of {', '.join(SPEC_TYPES)} (got {spec_type!r})")
-    if spec_type == DRAFT_SIMPLE and drafter is None:
-        raise EngineError("draft-simple needs a drafter model")
+    if spec_type in (DRAFT_SIMPLE, DRAFT_MTP) and drafter is None:
+        raise EngineError(f"{spec_type} needs a drafter model")
     if n_predict <= 0:
         raise EngineError("n_predict must be above 0")
     try:
@@ -318,6 +326,7 @@ _DECODED = re.compile(rf"decoded\s+{_INT} tokens in\s+{_FLOAT} seconds, speed:\s
 _ENCODED = re.compile(rf"encoded\s+{_INT} tokens in")
 _DRAFTED = re.compile(rf"n_drafted\s*=\s*{_INT}")
 _ACCEPTED = re.compile(rf"n_accept\s*=\s*{_INT}")
+_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 
 
 def parse_speculative(
@@ -339,6 +348,7 @@ def parse_speculative(
         n_accepted=int(accepted.group(1)),
         text=_generated_text(stdout, prompt),
         command=command,
+        rounds=tuple((int(kept), int(drafted)) for kept, drafted in _ROUND.findall(stderr)),
     )
 
 

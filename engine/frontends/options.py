@@ -20,7 +20,9 @@ def draft_max_arg(text: str) -> DraftLength:
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="target model (GGUF file)")
     p.add_argument("--draft", type=DraftSpec.parse, default=DraftSpec.NONE,
-                   help="drafter: a GGUF file, 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or 'none'")
+                   help="drafter: a GGUF file (a small model of the target's family, or a Gemma 4 assistant, which rides "
+                        "its Gemma 4 target), 'lookup' (prompt lookup), 'lookup+FILE' (lookup first, then the model) or "
+                        "'none'")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default 4096)")
     add_thread_options(p)
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload to the GPU (-1 = all, 0 = none)")

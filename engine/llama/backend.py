@@ -186,6 +186,8 @@ class LlamaModel:
         self._facts: VocabFacts | None = None
         self.can_trim = not (lc.llama_model_is_recurrent(self._model) or lc.llama_model_is_hybrid(self._model))
         self._watched: StopRequest | None = None
+        self.last_block = (0, 0)
+        """(first position, tokens) of the last llama_decode call: the rows its output buffers hold."""
         self.watch(None)
         if cancel is not None and cancel.is_set():  # it came while the context was made (not interruptible)
             self.close()
@@ -294,6 +296,7 @@ class LlamaModel:
                 b.logits[i] = last_chunk and (logits is Logits.ALL or (logits is Logits.LAST and i == len(chunk) - 1)
                                               or (logits is Logits.TAIL and i >= len(chunk) - tail))
             b.n_tokens = len(chunk)
+            self.last_block = (0, 0)
             c0, t0 = time.process_time(), time.perf_counter()
             rc = lc.llama_decode(self._ctx, b)
             dt = time.perf_counter() - t0
@@ -308,6 +311,7 @@ class LlamaModel:
                     raise ContextFullError(f"no room in the KV cache for {len(chunk)} more tokens")
                 raise EngineError(f"llama_decode failed with code {rc}: {_last_log_error()}")
             self.kv.extend(chunk)
+            self.last_block = (pos0, len(chunk))
             self.tokens_decoded += len(chunk)
             if last_chunk:
                 n_rows = {Logits.ALL: len(chunk), Logits.LAST: 1, Logits.TAIL: tail}.get(logits, 0)

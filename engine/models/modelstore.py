@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.assistant_fit import ASSISTANT_ARCH, misfit
 from engine.drafting.compat import (
     CHECK_START_TOKEN_ID,
     MAX_VOCAB_SIZE_DIFFERENCE,
@@ -478,6 +479,10 @@ def pair_reasons(target: Path, drafter: Path) -> list[str]:
     """Why `drafter` cannot draft for `target` (empty when it can), from metadata only."""
     target, drafter = Path(target), Path(drafter)
     t_info, d_info = _info(target), _info(drafter)
+    if d_info.architecture == ASSISTANT_ARCH:  # it reads the target's hidden state: the width must fit too
+        fit = misfit(target, drafter)
+        if fit is not None:
+            return [fit]
     why = incompatibilities(_facts_only(t_info), _facts_only(d_info))
     if why:
         return why
