@@ -11,7 +11,7 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from test_app_support import REPLY_TIMEOUT_MS, install_tiny, marks, open_window, send  # noqa: E402
+from app_support import REPLY_TIMEOUT_MS, install_tiny, marks, open_window, send  # noqa: E402
 from tree import ROOT  # noqa: E402
 
 from app.chat.message_labels import footer  # noqa: E402
