@@ -45,7 +45,7 @@ def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         os.write(2, text or b"")
 
 
-def _ensure_backend() -> None:
+def ensure_backend() -> None:
     global _initialised
     with _init_lock:
         if not _initialised:
@@ -54,7 +54,7 @@ def _ensure_backend() -> None:
             _initialised = True
 
 
-def _last_log_error() -> str:
+def last_log_error() -> str:
     for line in reversed(_log_tail):
         line = line.strip()
         if line and ("error" in line.lower() or "failed" in line.lower()):
@@ -99,7 +99,7 @@ class LlamaModel:
         # Raises ModelFileError with a clear reason. The vocabulary is checked either way; its texts are not
         # needed here (llama.cpp reads them), and without them a launch can use an earlier launch's answer.
         self.info = validate_gguf(self.path, read_tokens=False)
-        _ensure_backend()
+        ensure_backend()
         self.settings = settings
         _check_cancel(cancel, self.path)
         mparams = lc.llama_model_default_params()
@@ -130,7 +130,7 @@ class LlamaModel:
             raise raised[0]
         if not self._model:
             _check_cancel(cancel, self.path)  # a cancelled load returns NULL too
-            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
+            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {last_log_error() or 'unknown reason'}")
         n_threads = settings.n_threads or default_threads()
         n_threads_batch = settings.n_threads_batch or (n_threads if settings.n_threads else default_batch_threads())
         n_ctx = settings.n_ctx or lc.llama_model_n_ctx_train(self._model)
@@ -153,7 +153,7 @@ class LlamaModel:
             self._model = None
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {n_ctx} tokens for {self.path.name} "
-                f"(out of memory?): {_last_log_error() or 'unknown reason'}"
+                f"(out of memory?): {last_log_error() or 'unknown reason'}"
             )
         self._mem = lc.llama_get_memory(self._ctx)
         self._vocab = lc.llama_model_get_vocab(self._model)
@@ -309,7 +309,7 @@ class LlamaModel:
                     raise Interrupted(f"a stop request ended {self.path.name}'s pass part-way")
                 if rc == 1:
                     raise ContextFullError(f"no room in the KV cache for {len(chunk)} more tokens")
-                raise EngineError(f"llama_decode failed with code {rc}: {_last_log_error()}")
+                raise EngineError(f"llama_decode failed with code {rc}: {last_log_error()}")
             self.kv.extend(chunk)
             self.last_block = (pos0, len(chunk))
             self.tokens_decoded += len(chunk)
@@ -472,7 +472,7 @@ def chat_renderer(template: str, bos_token: str, eos_token: str) -> Callable[[li
 
 
 def system_info() -> str:
-    _ensure_backend()
+    ensure_backend()
     return (lc.llama_print_system_info() or b"").decode("utf-8", "replace")
 
 
@@ -483,7 +483,7 @@ def quantize(src: Path, dst: Path, types: dict[str, str], file_type: int | None 
     quantized one for llama.cpp to apply the types at all."""
     from gguf import GGMLQuantizationType
 
-    _ensure_backend()
+    ensure_backend()
     info = validate_gguf(src)
     overrides = []
     for name, _shape, ggml_type, _ in info.tensors:
@@ -502,11 +502,11 @@ def quantize(src: Path, dst: Path, types: dict[str, str], file_type: int | None 
     params.tt_overrides = ctypes.cast(table, ctypes.POINTER(lc.llama_model_tensor_override))
     rc = lc.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
-        raise EngineError(f"llama.cpp's quantizer failed on {Path(src).name}: {_last_log_error() or f'code {rc}'}")
+        raise EngineError(f"llama.cpp's quantizer failed on {Path(src).name}: {last_log_error() or f'code {rc}'}")
 
 
 def supports_gpu_offload() -> bool:
-    _ensure_backend()
+    ensure_backend()
     return bool(lc.llama_supports_gpu_offload())
 
 
@@ -552,13 +552,13 @@ def _ggml():
 
 def backends() -> list[str]:
     """Backends compiled into this build of llama.cpp (e.g. CPU, CUDA, Metal, Vulkan)."""
-    _ensure_backend()
+    ensure_backend()
     lib = _ggml()
     return [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())]
 
 
 def devices() -> list[Device]:
-    _ensure_backend()
+    ensure_backend()
     lib = _ggml()
     out = []
     for i in range(lib.ggml_backend_dev_count()):

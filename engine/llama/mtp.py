@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.errors import EngineError, ModelLoadError
 from engine.gguf_check import validate_gguf
-from engine.llama.backend import LlamaModel, _ensure_backend, _last_log_error
+from engine.llama.backend import LlamaModel, ensure_backend, last_log_error
 from engine.llama.types import LoadSettings, Logits
 
 ASSISTANT_ARCH = "gemma4-assistant"
@@ -60,13 +60,13 @@ class Assistant:
             raise ModelLoadError(f"{self.path.name} is not a Gemma 4 assistant ({self.info.architecture})")
         self.ext, _ = _ext()
         self.target = target
-        _ensure_backend()
+        ensure_backend()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.use_extra_bufts = target.extra_buffers
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {_last_log_error() or 'unknown reason'}")
+            raise ModelLoadError(f"llama.cpp could not load {self.path.name}: {last_log_error() or 'unknown reason'}")
         self._ctx = None
         self._batch = None
         try:
@@ -98,7 +98,7 @@ class Assistant:
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise ModelLoadError(f"llama.cpp could not pair {self.path.name} with {t.path.name}: "
-                                 f"{_last_log_error() or 'unknown reason'}")
+                                 f"{last_log_error() or 'unknown reason'}")
         if self.ext.llama_get_ctx_other(self._ctx) != t._ctx:
             raise ModelLoadError(f"{self.path.name} does not share {t.path.name}'s cache in this build")
         self.ext.llama_set_embeddings_nextn(t._ctx, True, False)  # every row of the target's passes
@@ -160,7 +160,7 @@ class Assistant:
         threads = max(1, self.target.n_threads)
         self.last_share = min(1.0, cpu / (wall * threads)) if wall > 0 and self.target.cpu_bound else 1.0
         if rc != 0:
-            raise EngineError(f"{self.path.name}'s draft step failed with code {rc}: {_last_log_error()}")
+            raise EngineError(f"{self.path.name}'s draft step failed with code {rc}: {last_log_error()}")
         logits = lc.llama_get_logits_ith(self._ctx, idx)
         h = self.ext.llama_get_embeddings_nextn_ith(self._ctx, idx)
         if not logits or not h:
