@@ -1,0 +1,49 @@
+"""Replayable traces of a prompts file's plain greedy replies (engine.decoding.replay), without a benchmark run:
+each prompt decoded plainly once, then the drafter's predictions and prompt lookup recorded along the reply.
+
+    nice -n 19 python scripts/record_traces.py TARGET DRAFT PROMPTS OUT [--half tune] [--max-tokens 96]
+
+What a trace holds (which draft tokens the target would keep) does not depend on the machine's load, so this
+may run beside other work; the costs in its header do (record them on a quiet machine, or replay the traces
+under a recorded machine's profile, as tests/engine/drafting/test_replay.py does).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.decoding.session import Session  # noqa: E402
+from engine.frontends.bench import _one_run, load_prompts  # noqa: E402
+from engine.frontends.bench_report import record_traces  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("target", type=Path)
+    ap.add_argument("draft", type=Path, help="the drafter GGUF")
+    ap.add_argument("prompts", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--half", default=None, help="only this half of a split set ('tune' or 'report')")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--ctx", type=int, default=4096)
+    args = ap.parse_args()
+    prompts = [p for p in load_prompts(args.prompts) if args.half is None or p.half == args.half]
+    from engine.llama.types import LoadSettings
+
+    session = Session(args.target, None, target_load=LoadSettings(n_ctx=args.ctx), draft_load=LoadSettings(n_ctx=args.ctx))
+    try:
+        results = []
+        for i, p in enumerate(prompts, 1):
+            results.append(_one_run(session, p, None, args.max_tokens, 0))
+            print(f"[{i}/{len(prompts)}] {p.id}: {results[-1].tokens} tokens", file=sys.stderr, flush=True)
+        record_traces(session, prompts, results, args.draft, args.out, args.max_tokens)
+    finally:
+        session.close()
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
