@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
+from engine.decoding.verdict import first_token_late
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.policy import LOOK_TOKENS
 
@@ -53,6 +54,8 @@ class StatsSnapshot:
     """Rounds per drafter that proposed (DraftKind values, 'none' = plain): which mode ran."""
     threads: tuple[int, int] | None = None
     """The last round ran on fewer CPU threads than loaded (other programs busy): (now, loaded)."""
+    first_token_delay_s: float | None = None
+    """A finished reply: how much later than plain decoding's its first token came (Stats.first_token_delay_s)."""
 
 
 class ReplyStats:
@@ -107,6 +110,7 @@ class ReplyStats:
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
                 learned_rounds=f.auto_rounds_before, certainty=Certainty(f.certainty),
                 modes=_modes(f.rounds_by_drafter or self.totals.by_drafter), threads=self.threads,
+                first_token_delay_s=f.first_token_delay_s,
             )
         t = self.totals
         return StatsSnapshot(
@@ -175,6 +179,18 @@ def verdict(s: StatsSnapshot) -> Verdict:
 
 
 def _verdict(s: StatsSnapshot) -> Verdict:
+    v = _pace_verdict(s)
+    if not first_token_late(s.first_token_delay_s) or s.certainty is Certainty.LOAD_CHANGED:
+        return v
+    wait = f"its first token came {s.first_token_delay_s:.2f} s later than plain decoding's would have"
+    if v.tone == "good":
+        return Verdict(f"{v} But {wait}.", v.tone)
+    x = s.estimated_speedup
+    pace_text = f" (then {x:.2f}×)" if s.drafted and x is not None and s.certainty is Certainty.SETTLED else ""
+    return Verdict(f"Speculation was slower than plain decoding here: {wait}{pace_text}.", "bad")
+
+
+def _pace_verdict(s: StatsSnapshot) -> Verdict:
     if s.rounds == 0:
         return Verdict("Waiting for the first round…", "neutral")
     if s.drafted == 0:
