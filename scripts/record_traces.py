@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.decoding.session import Session  # noqa: E402
 from engine.frontends.bench import _one_run, load_prompts  # noqa: E402
+from engine.decoding.replay import load_traces, save_traces  # noqa: E402
 from engine.frontends.bench_report import record_traces  # noqa: E402
 
 
@@ -29,17 +30,25 @@ def main() -> None:
     ap.add_argument("--half", default=None, help="only this half of a split set ('tune' or 'report')")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--no-calibrate", action="store_true",
+                    help="skip measuring costs at load (the header's costs are then empty: replay under a recorded profile)")
     args = ap.parse_args()
     prompts = [p for p in load_prompts(args.prompts) if args.half is None or p.half == args.half]
     from engine.llama.types import LoadSettings
 
-    session = Session(args.target, None, target_load=LoadSettings(n_ctx=args.ctx), draft_load=LoadSettings(n_ctx=args.ctx))
+    session = Session(args.target, None, target_load=LoadSettings(n_ctx=args.ctx), draft_load=LoadSettings(n_ctx=args.ctx),
+                      calibrate=not args.no_calibrate)
     try:
-        results = []
+        head, traces = None, []
+        part = args.out.with_suffix(".part.jsonl")
         for i, p in enumerate(prompts, 1):
-            results.append(_one_run(session, p, None, args.max_tokens, 0))
-            print(f"[{i}/{len(prompts)}] {p.id}: {results[-1].tokens} tokens", file=sys.stderr, flush=True)
-        record_traces(session, prompts, results, args.draft, args.out, args.max_tokens)
+            plain = _one_run(session, p, None, args.max_tokens, 0)
+            record_traces(session, [p], [plain], args.draft, part, args.max_tokens)
+            head, (trace,) = load_traces(part)
+            traces.append(trace)
+            save_traces(args.out, head, traces)  # written as it goes: a long run stopped early keeps what it recorded
+            print(f"[{i}/{len(prompts)}] {p.id}: {plain.tokens} tokens", file=sys.stderr, flush=True)
+        part.unlink(missing_ok=True)
     finally:
         session.close()
     print(f"wrote {args.out}", file=sys.stderr)

@@ -78,6 +78,12 @@ LOOK_TOKENS, LOOK_MAX, LOOK_WINDOW = 12, 16, 4
 #: everyday prompts so perturbed 123 -> 118 of 420; unperturbed, every recorded set within 0.4%. A third look
 #: made a drafter right on 22 of an explanation's first 28 tokens draft on, at 60%, for seven rounds.
 LOOK_CLEAR, LOOK_AGAIN, LOOKS = 1.2, 8, 2
+#: Where Auto is not cautious, a model drafter nothing has judged reads an unread prompt before the reply's first
+#: token, for a draft on its prior, only if that draft saves this many times the read over the tokens the reply is
+#: expected to run; otherwise the read waits and is a look (AutoK._first_read_pays).
+FIRST_REPAY = 4.0
+#: Tokens behind that a model drafter reads with its first draft step, not as a read of their own (model.CATCHUP_MIN).
+FIRST_STEP_READS = 2
 #: Share of decoding time that probing may cost while drafting is off.
 PROBE_BUDGET = 0.015
 #: A model drafter's backlog read is charged to a probe beyond this share of a plain round per
@@ -321,6 +327,7 @@ class AutoK(DraftPolicy):
         self.rounds_seen = 0
         self._looks = 0  # looks at the model drafter so far (DraftRequest.look)
         self._model_drafted = False  # whether the model drafter has drafted yet
+        self._held = False  # the first round held the prompt's read back (FIRST_REPAY): a look comes before a draft
 
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
@@ -381,7 +388,7 @@ class AutoK(DraftPolicy):
         allowance = BACKLOG_ALLOWANCE * covered * (self.round_cost(0, True) or 0.0)
         return max(0.0, self.costs.catchup_cost(n) - allowance)
 
-    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None) -> bool:
+    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None, times: float = 1.0) -> bool:
         """Whether drafting k a round saves, over the reply's next tokens, all that reading the backlog costs.
         The whole read, not a probe's share of it (_backlog_price): this read is paid now, for a saving
         that only comes if the drafter goes on drafting. Priced at a probe's share, a translation's prompt
@@ -392,7 +399,7 @@ class AutoK(DraftPolicy):
         rates = self.rates(key, k, True)
         saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
         horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
-        return saving * horizon >= self.costs.catchup_cost(behind - 1)
+        return saving * horizon >= times * self.costs.catchup_cost(behind - 1)
 
     def cautious(self) -> bool:
         """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""
@@ -440,7 +447,17 @@ class AutoK(DraftPolicy):
         model_k = (self._decide(MODEL_KEY, limit, with_draft_cost=True, behind=behind, remaining=remaining)
                    if self.drafter_is_model else 0)
         lookup_k = min(limit, self.k_max)
-        if model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable and self.cautious():
+        unjudged = model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable
+        if unjudged and not self.cautious() and (self._held or (not judgeable and not self._first_read_pays(
+                model_k, behind, remaining))):
+            # Not cautious here, but a draft on the prior would not repay the prompt's read FIRST_REPAY times over: that
+            # read is not paid before the first token, and once there are tokens to judge it is a look. Replayed where
+            # blocks cost a fifth less than on the Xeon (not cautious): the first token 2.5 plain rounds sooner (160 ms).
+            self._held = True
+            if judgeable >= LOOK_TOKENS:
+                return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
+            model_k = 0
+        elif unjudged and self.cautious():
             # Nothing judged the model yet, it must read the prompt anyway, and a rejected draft costs plain
             # rounds here (a CPU): a look, not a draft on the prior. Where blocks cost next to one token (a
             # GPU) the prior's draft loses little and wins at once: replayed, looks cost 5% there.
@@ -452,6 +469,12 @@ class AutoK(DraftPolicy):
                 return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
             model_k = 0  # until the reply has tokens to judge again
         return DraftRequest(model_k, lookup_k)
+
+    def _first_read_pays(self, k: int, behind: int, remaining: int | None) -> bool:
+        """Whether a first model draft on the prior may read the unread prompt before the reply's first token: a token
+        or two (read with the first draft step, as ModelDrafter does), or a read the draft repays FIRST_REPAY times
+        over the tokens the reply is expected to run."""
+        return behind <= FIRST_STEP_READS or self._repays_backlog(MODEL_KEY, k, behind, remaining, FIRST_REPAY)
 
     def _unsure_after_looks(self, k: int) -> bool:
         """Whether a model draft of k, judged by looks alone, wins by too little to be paid for before
