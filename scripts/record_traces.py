@@ -10,6 +10,7 @@ under a recorded machine's profile, as tests/engine/drafting/test_replay.py does
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -33,13 +34,20 @@ def main() -> None:
     ap.add_argument("--no-calibrate", action="store_true",
                     help="skip measuring costs at load (the header's costs are then empty: replay under a recorded profile)")
     args = ap.parse_args()
-    prompts = [p for p in load_prompts(args.prompts) if args.half is None or p.half == args.half]
+    chosen = [p for p in load_prompts(args.prompts) if args.half is None or p.half == args.half]
+    # One of each category in turn: a run stopped early has recorded every kind of request, not the first few.
+    by_cat: dict[str, list] = {}
+    for p in chosen:
+        by_cat.setdefault(p.category, []).append(p)
+    prompts = [p for row in itertools.zip_longest(*by_cat.values()) for p in row if p is not None]
     from engine.llama.types import LoadSettings
 
     session = Session(args.target, None, target_load=LoadSettings(n_ctx=args.ctx), draft_load=LoadSettings(n_ctx=args.ctx),
                       calibrate=not args.no_calibrate)
     try:
-        head, traces = None, []
+        head, traces = load_traces(args.out) if args.out.exists() else (None, [])  # goes on from a run stopped early
+        done = {t.name for t in traces}
+        prompts = [p for p in prompts if p.id not in done]
         part = args.out.with_suffix(".part.jsonl")
         for i, p in enumerate(prompts, 1):
             plain = _one_run(session, p, None, args.max_tokens, 0)
