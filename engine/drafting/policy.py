@@ -78,9 +78,8 @@ LOOK_TOKENS, LOOK_MAX, LOOK_WINDOW = 12, 16, 4
 #: everyday prompts so perturbed 123 -> 118 of 420; unperturbed, every recorded set within 0.4%. A third look
 #: made a drafter right on 22 of an explanation's first 28 tokens draft on, at 60%, for seven rounds.
 LOOK_CLEAR, LOOK_AGAIN, LOOKS = 1.2, 8, 2
-#: Where Auto is not cautious, a model drafter nothing has judged reads an unread prompt before the reply's first
-#: token, for a draft on its prior, only if that draft saves this many times the read over the tokens the reply is
-#: expected to run; otherwise the read waits and is a look (AutoK._first_read_pays).
+#: A prompt's read before the first token is a wait paid whatever the drafter turns out to be: a draft on the prior
+#: must repay it this many times over (AutoK._first_read_pays; tests/engine/drafting/test_first_token.py).
 FIRST_REPAY = 4.0
 #: Tokens behind that a model drafter reads with its first draft step, not as a read of their own (model.CATCHUP_MIN).
 FIRST_STEP_READS = 2
@@ -450,9 +449,8 @@ class AutoK(DraftPolicy):
         unjudged = model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable
         if unjudged and not self.cautious() and (self._held or (not judgeable and not self._first_read_pays(
                 model_k, behind, remaining))):
-            # Not cautious here, but a draft on the prior would not repay the prompt's read FIRST_REPAY times over: that
-            # read is not paid before the first token, and once there are tokens to judge it is a look. Replayed where
-            # blocks cost a fifth less than on the Xeon (not cautious): the first token 2.5 plain rounds sooner (160 ms).
+            # Not cautious, but the prior's draft does not repay the prompt's read FIRST_REPAY times: no read before the
+            # first token, and once the reply has tokens to judge, a look rather than a draft on the prior.
             self._held = True
             if judgeable >= LOOK_TOKENS:
                 return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
