@@ -326,7 +326,6 @@ class AutoK(DraftPolicy):
         self.rounds_seen = 0
         self._looks = 0  # looks at the model drafter so far (DraftRequest.look)
         self._model_drafted = False  # whether the model drafter has drafted yet
-        self._held = False  # the first round held the prompt's read back (FIRST_REPAY): a look comes before a draft
 
     def table(self, key: DraftKey) -> Acceptance:
         if key not in self.tables:
@@ -447,14 +446,8 @@ class AutoK(DraftPolicy):
                    if self.drafter_is_model else 0)
         lookup_k = min(limit, self.k_max)
         unjudged = model_k and not self.table(MODEL_KEY).rounds and behind - 1 > judgeable
-        if unjudged and not self.cautious() and (self._held or (not judgeable and not self._first_read_pays(
-                model_k, behind, remaining))):
-            # Not cautious, but the prior's draft does not repay the prompt's read FIRST_REPAY times: no read before the
-            # first token, and once the reply has tokens to judge, a look rather than a draft on the prior.
-            self._held = True
-            if judgeable >= LOOK_TOKENS:
-                return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
-            model_k = 0
+        if unjudged and not self.cautious() and not judgeable and not self._first_read_pays(model_k, behind, remaining):
+            model_k = 0  # not before the first token: from the next round the read is priced as any backlog's
         elif unjudged and self.cautious():
             # Nothing judged the model yet, it must read the prompt anyway, and a rejected draft costs plain
             # rounds here (a CPU): a look, not a draft on the prior. Where blocks cost next to one token (a

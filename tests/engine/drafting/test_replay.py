@@ -128,22 +128,15 @@ def test_auto_against_the_best_fixed_k_in_hindsight():
     # On GPU-like costs 0.981 -> 0.979 since an unread prompt is read only where the tokens a reply is expected
     # to run repay it (policy.expected_remaining): the 2,392-token attached document is read after 14 plain
     # rounds, not at once (0.97 -> 0.85 of the best k in hindsight, 1.58x of plain).
-    # On Apple-like costs 0.988 -> 0.975 since a prompt's read dearer than its first draft repays FIRST_REPAY times
-    # is not paid before the first token (policy.FIRST_REPAY): the model drafter alone on the ~200-token code and
-    # summary prompts waits for a look (code_rewrite-3 2.75x -> 2.23x of plain) and the first token comes 3.5 plain
-    # rounds sooner; lookup + model, the default, 2.055x -> 2.063x of plain over these replies.
-    bars = {"gpu": 0.975, "apple": 0.97}
     for profile in {c.profile for c in results}:
-        assert geomean([c.vs_best for c in results if c.profile == profile]) >= bars.get(profile, 0.98), profile
-    held = [c for c in results if c.profile == "apple" and c.case.endswith(" / model")]
-    worst = min((c for c in results if c not in held), key=lambda c: c.vs_best)
+        assert geomean([c.vs_best for c in results if c.profile == profile]) >= (0.975 if profile == "gpu" else 0.98), profile
+    worst = min(results, key=lambda c: c.vs_best)
     assert worst.vs_best >= 0.85, worst
-    # The model drafter alone on Apple-like costs, its prompt's read held past the first token: 0.78 at worst
-    # (code_rewrite-3, 2.75x -> 2.23x of plain; the read it no longer waits for is 3.4 plain rounds).
-    assert min(c.vs_best for c in held) >= 0.77, held
     # Stop 28 added a document question (attach-doc), where Auto was 0.84x of plain on this machine: 0.94x
-    # now (0.98x on its own machine's costs: the test below), 17 misses in 196 where there were 16.
-    assert len([m for m in misses if not (m[0] == "apple" and m[1].endswith(" / model"))]) <= 0.09 * len(results), misses
+    # now (0.98x on its own machine's costs: the test below), 17 misses in 196 where there were 16. 22 since a prompt's
+    # read is paid before the first token only where the prior's draft repays it four times (policy.FIRST_REPAY): five
+    # replies on Apple-like costs whose ~200-token prompts cost 3.4 plain rounds to read (0.90-0.94 of the best k).
+    assert len(misses) <= 22, misses
     # On CPU-like costs a miss is that document or a lookup-only variant: a cautious lookup's draft grows
     # from 4 to 16 tokens in two rounds that kept it all (code_rewrite-3: 0.91x of k=15 in hindsight).
     assert all(m[2] >= 0.9 for m in misses if m[0] in ("this machine", "cpu-slow-drafter")), misses
