@@ -226,7 +226,7 @@ def _paced(s: StatsSnapshot, x: float) -> Verdict:
 
 def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats:
     """The totals of a reply written in two parts (Continue): counts and times added, rates of the whole,
-    acceptance by position from `totals`, the running totals after the last round of both parts. The prompt, the time to the first token and
+    acceptance by position from `totals`, the running totals after the last round of both parts. The prompt, the time to the first token (and its delay) and
     what Auto knew at the start are the first part's; the mode and certainty the later part's; the gaps
     between tokens (median, 95th percentile) the larger of the two parts' (their tokens' times are gone)."""
     def per_s(tokens: int, rate: float | None) -> float:
@@ -254,6 +254,7 @@ def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats
         target_passes=first.target_passes + then.target_passes,
         drafter_passes=first.drafter_passes + then.drafter_passes,
         prompt_tokens=first.prompt_tokens, prompt_tokens_reused=first.prompt_tokens_reused, ttft_s=first.ttft_s,
+        first_token_delay_s=first.first_token_delay_s,
         tokens_per_s=tps, itl_p50_s=max(first.itl_p50_s, then.itl_p50_s),
         itl_p95_s=max(first.itl_p95_s, then.itl_p95_s),
         wall_s=first.wall_s + then.wall_s, prefill_s=first.prefill_s + then.prefill_s,
