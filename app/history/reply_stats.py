@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from engine.decoding.events import Certainty, RoundEvent, RoundTotals, Stats
+from engine.decoding.verdict import first_token_late
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.policy import LOOK_TOKENS
 
@@ -54,6 +55,8 @@ class StatsSnapshot:
     """Rounds per drafter that proposed (DraftKind.NONE = plain): which mode ran."""
     threads: tuple[int, int] | None = None
     """The last round ran on fewer CPU threads than loaded (other programs busy): (now, loaded)."""
+    first_token_delay_s: float | None = None
+    """A finished reply: how much later than plain decoding's its first token came (Stats.first_token_delay_s)."""
 
 
 class ReplyStats:
@@ -108,6 +111,7 @@ class ReplyStats:
                 speed_series=tuple(self.series), auto=self.auto, finished=True,
                 learned_rounds=f.auto_rounds_before, certainty=Certainty(f.certainty),
                 modes=_modes(f.rounds_by_drafter or self.totals.by_drafter), threads=self.threads,
+                first_token_delay_s=f.first_token_delay_s,
             )
         t = self.totals
         return StatsSnapshot(
@@ -201,6 +205,18 @@ def verdict(s: StatsSnapshot) -> ShownVerdict:
 
 
 def _verdict(s: StatsSnapshot) -> ShownVerdict:
+    v = _pace_verdict(s)
+    if not first_token_late(s.first_token_delay_s) or s.certainty is Certainty.LOAD_CHANGED:
+        return v
+    wait = f"its first token came {s.first_token_delay_s:.2f} s later than plain decoding's would have"
+    if v.tone is Tone.GOOD:
+        return ShownVerdict(f"{v} But {wait}.", v.tone)
+    x = s.estimated_speedup
+    pace_text = f" (then {x:.2f}×)" if s.drafted and x is not None and s.certainty is Certainty.SETTLED else ""
+    return ShownVerdict(f"Speculation was slower than plain decoding here: {wait}{pace_text}.", Tone.BAD)
+
+
+def _pace_verdict(s: StatsSnapshot) -> ShownVerdict:
     if s.rounds == 0:  # a reply stopped before its first round said it was still waiting
         return ShownVerdict("Stopped before the first round: nothing was measured.", Tone.NEUTRAL) if s.finished else \
             ShownVerdict("Waiting for the first round…", Tone.NEUTRAL)
@@ -238,7 +254,7 @@ def _paced(s: StatsSnapshot, x: float) -> ShownVerdict:
 
 def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats:
     """The totals of a reply written in two parts (Continue): counts and times added, rates of the whole,
-    acceptance by position from `totals`, the running totals after the last round of both parts. The prompt, the time to the first token and
+    acceptance by position from `totals`, the running totals after the last round of both parts. The prompt, the time to the first token (and its delay) and
     what Auto knew at the start are the first part's; the mode and certainty the later part's; the gaps
     between tokens (median, 95th percentile) the larger of the two parts' (their tokens' times are gone)."""
     def per_s(tokens: int, rate: float | None) -> float:
@@ -266,6 +282,7 @@ def joined_stats(first: Stats, then: Stats, totals: RoundTotals | None) -> Stats
         target_passes=first.target_passes + then.target_passes,
         drafter_passes=first.drafter_passes + then.drafter_passes,
         prompt_tokens=first.prompt_tokens, prompt_tokens_reused=first.prompt_tokens_reused, ttft_s=first.ttft_s,
+        first_token_delay_s=first.first_token_delay_s,
         tokens_per_s=tps, itl_p50_s=max(first.itl_p50_s, then.itl_p50_s),
         itl_p95_s=max(first.itl_p95_s, then.itl_p95_s),
         wall_s=first.wall_s + then.wall_s, prefill_s=first.prefill_s + then.prefill_s,

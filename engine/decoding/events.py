@@ -290,6 +290,9 @@ class Stats:
     """Rounds per drafter that proposed (DraftKind.NONE = plain rounds): which mode ran."""
     thinking_s: float | None = None
     """Seconds from the first token to the end of the reply's thinking (None: it did not think)."""
+    first_token_delay_s: float | None = None
+    """How much longer than plain decoding the first token took after the prompt was read: the drafter's reads
+    and the first round, against one plain token at that round's speed (None: not priced)."""
 
     @property
     def auto(self) -> bool:

@@ -147,6 +147,9 @@ class SimResult:
     """Simulated clock at the start of each round."""
     emitted: list[int] = field(default_factory=list)
     """Tokens each round emitted."""
+    first_token_s: float = 0.0
+    """Until the first token, after the target's prefill: the drafter's read of the prompt where it reads it there
+    (a fixed k) and the reply's first round (draft, catch-up, verification), as the bench's TTFT counts them."""
     estimated_speedup: float | None = None
     """The engine's verdict for the reply (engine.decoding.verdict), as the live loop reports it."""
     certainty: Certainty = Certainty.UNKNOWN
@@ -246,6 +249,8 @@ def simulate(trace: Trace, profile: CostProfile, make_policy: Callable[[CostMode
             controls.observe(o, emitted)
         res.started.append(res.seconds)
         res.emitted.append(emitted)
+        if not res.rounds:
+            res.first_token_s = res.prefill_s + draft_s + catchup_s + verify_s + overhead_s
         t += emitted
         res.tokens += emitted
         res.seconds += draft_s + catchup_s + verify_s + overhead_s

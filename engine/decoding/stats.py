@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from engine.decoding.events import Certainty, RoundTotals, Stats
 from engine.decoding.verdict import PlainEstimate
-from engine.drafting.costs import CostModel, RoundOutcome
+from engine.drafting.costs import CostModel, RoundOutcome, ran_on
 from engine.drafting.draft_choice import DraftKind
 
 T = TypeVar("T")
@@ -43,6 +43,8 @@ class StatsTracker:
         self.consumer_s = 0.0
         self.token_times: list[float] = []
         self.plain = PlainEstimate()
+        self._first_plain_s: float | None = None  # plain decoding's price of the first token, at the first round's speed
+        self._first_priced = False
 
     def prefill_done(self, n_prompt: int, reused: int, seconds: float) -> None:
         self.prompt_tokens, self.reused, self.prefill_s = n_prompt, reused, seconds
@@ -51,6 +53,9 @@ class StatsTracker:
         """Before `costs.record(o)`: plain decoding's price for this round's tokens (and the end-of-generation
         token, when `ended` there), at this round's speed."""
         self.plain.add_round(costs, o, kept, ended)
+        if not self._first_priced and kept:
+            self._first_priced = True
+            self._first_plain_s = costs.plain_price(o.drafted + 1, o.verify_s, o.depth, ran_on(o.threads))
 
     def round_shown(self, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
                     drafter: DraftKind) -> RoundTotals:
@@ -95,6 +100,8 @@ class StatsTracker:
         gaps = self.inter_token_gaps()
         plain = self.plain.plain_tokens_per_s()
         first = self.token_times[0] - self.t0 if self.token_times else 0.0
+        # After the prompt's prefill, plain decoding's first token is one plain round: anything more is a drafter's cost.
+        delay = (first - self.prefill_s - self._first_plain_s) if self.token_times and self._first_plain_s else None
         return Stats(
             tokens=t.tokens,
             rounds=t.rounds,
@@ -124,4 +131,5 @@ class StatsTracker:
             draft_mode=self.draft_mode,
             note=note,
             auto_rounds_before=self.learned_rounds,
+            first_token_delay_s=delay,
         )

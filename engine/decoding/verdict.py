@@ -21,6 +21,14 @@ MIN_ROUNDS = 4
 #: The load changed when the median round speeds of the reply's two halves of time differ by more than this:
 #: single rounds vary 10-15% on a quiet machine, medians of halves do not (halves of time: long rounds come late).
 LOAD_CHANGE = 1.3
+#: A first token later than plain decoding's by this much is a wait a person notices: the verdict says so, and
+#: a reply that was only about as fast as plain decoding after it is judged slower.
+FIRST_TOKEN_LATE_S = 0.1
+
+
+def first_token_late(delay_s: float | None) -> bool:
+    """Whether a reply's first token came noticeably later than plain decoding's would have (Stats.first_token_delay_s)."""
+    return delay_s is not None and delay_s >= FIRST_TOKEN_LATE_S
 
 
 class PlainEstimate:

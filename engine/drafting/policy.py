@@ -61,6 +61,11 @@ LOOK_TOKENS, LOOK_MAX, LOOK_WINDOW = 12, 16, 4
 #: LOOK_AGAIN more tokens, LOOKS looks at most: a reply's first words are not always like the rest, and a
 #: third look kept a wrong drafter drafting (test_a_look_that_finds_drafting_barely_worth_it_is_judged_again).
 LOOK_CLEAR, LOOK_AGAIN, LOOKS = 1.2, 8, 2
+#: A prompt's read before the first token is a wait paid whatever the drafter turns out to be: a draft on the prior
+#: must repay it this many times over (AutoK._first_read_pays; tests/engine/drafting/test_first_token.py).
+FIRST_REPAY = 4.0
+#: Tokens behind that a model drafter reads with its first draft step, not as a read of their own (model.CATCHUP_MIN).
+FIRST_STEP_READS = 2
 #: Share of decoding time that probing may cost while drafting is off.
 PROBE_BUDGET = 0.015
 #: A model drafter's backlog read is charged to a probe beyond this share of a plain round per
@@ -363,7 +368,7 @@ class AutoK(DraftPolicy):
         allowance = BACKLOG_ALLOWANCE * covered * (self.round_cost(0, True) or 0.0)
         return max(0.0, self.costs.catchup_cost(n) - allowance)
 
-    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None) -> bool:
+    def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None, times: float = 1.0) -> bool:
         """Whether drafting k a round saves, over the reply's next tokens, all that reading the backlog costs.
         The whole read, not a probe's share of it (_backlog_price): this read is paid now, for a saving
         that only comes if the drafter goes on drafting. Priced at a probe's share, a translation's prompt
@@ -374,7 +379,7 @@ class AutoK(DraftPolicy):
         rates = self.rates(key, k, True)
         saving = 1.0 / rates[0] - 1.0 / rates[k]  # seconds a token; rates[k] > rates[0]: k is the best
         horizon = REPLY_HORIZON if remaining is None else min(remaining, REPLY_HORIZON)
-        return saving * horizon >= self.costs.catchup_cost(behind - 1)
+        return saving * horizon >= times * self.costs.catchup_cost(behind - 1)
 
     def cautious(self) -> bool:
         """Whether a long draft wholly rejected costs many plain steps here (CAUTIOUS; unmeasured: yes)."""
@@ -422,7 +427,10 @@ class AutoK(DraftPolicy):
         model_k = (self._decide(self.model_key, limit, with_draft_cost=True, behind=behind, remaining=remaining)
                    if self.drafter_is_model else 0)
         lookup_k = min(limit, self.k_max)
-        if model_k and not self.table(self.model_key).rounds and behind - 1 > judgeable and self.cautious():
+        unjudged = model_k and not self.table(self.model_key).rounds and behind - 1 > judgeable
+        if unjudged and not self.cautious() and not judgeable and not self._first_read_pays(model_k, behind, remaining):
+            model_k = 0  # not before the first token: from the next round the read is priced as any backlog's
+        elif unjudged and self.cautious():
             # Nothing judged the model yet, it must read the prompt anyway, and a rejected draft costs plain
             # rounds here (a CPU): a look, not a draft on the prior. Where blocks cost next to one token (a
             # GPU) the prior's draft loses little and wins at once: replayed, looks cost 5% there.
@@ -434,6 +442,12 @@ class AutoK(DraftPolicy):
                 return DraftRequest(lookup_k=lookup_k, look=min(judgeable, LOOK_MAX))
             model_k = 0  # until the reply has tokens to judge again
         return DraftRequest(model_k, lookup_k)
+
+    def _first_read_pays(self, k: int, behind: int, remaining: int | None) -> bool:
+        """Whether a first model draft on the prior may read the unread prompt before the reply's first token: a token
+        or two (read with the first draft step, as ModelDrafter does), or a read the draft repays FIRST_REPAY times
+        over the tokens the reply is expected to run."""
+        return behind <= FIRST_STEP_READS or self._repays_backlog(self.model_key, k, behind, remaining, FIRST_REPAY)
 
     def _unsure_after_looks(self, k: int) -> bool:
         """Whether a model draft of k, judged by looks alone, wins by too little to be paid for before

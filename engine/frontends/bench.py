@@ -38,6 +38,8 @@ class BenchPrompt:
     """The last user message."""
     history: tuple[dict[str, str], ...] = ()
     """Earlier turns of a multi-turn chat (role, content), oldest first."""
+    half: str = ""
+    """Which half of a split set it is in ("tune" or "report"; resources/bench/wide/SOURCES.md), if any."""
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -148,7 +150,7 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("category"), str):
             raise EngineError(f"{path}:{n}: each line needs a 'prompt' (or 'messages') and a 'category' (strings)")
         prompts.append(BenchPrompt(id=str(obj.get("id", f"{obj['category']}-{n}")), category=obj["category"], prompt=obj["prompt"],
-                                   history=obj.get("history", ())))
+                                   history=obj.get("history", ()), half=str(obj.get("half", ""))))
     if not prompts:
         raise EngineError(f"{path} holds no prompts")
     return prompts

@@ -26,6 +26,7 @@ def register(sub) -> None:
     b.add_argument("--max-tokens", type=int, default=128)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--categories", default=None, help="only these categories (comma-separated)")
+    b.add_argument("--half", default=None, help="only the prompts of this half of a split set ('tune' or 'report')")
     b.add_argument("--ctx", type=int, default=4096)
     add_thread_options(b)
     b.add_argument("--gpu-layers", type=int, default=-1)
@@ -83,6 +84,10 @@ def cmd_bench(args) -> int:
         prompts = [p for p in prompts if p.category in wanted]
         if not prompts:
             raise EngineError(f"no prompts in the categories {sorted(wanted)}")
+    if args.half:
+        prompts = [p for p in prompts if p.half == args.half]
+        if not prompts:
+            raise EngineError(f"no prompts in the half {args.half!r}")
     if args.repeats < 1 or args.max_tokens < 1:
         raise EngineError("--repeats and --max-tokens must be at least 1")
     session = Session(args.target, None, target_load=load_settings(args), draft_load=draft_load_settings(args))

@@ -70,6 +70,7 @@ def summarise(results: Sequence[RunResult]) -> dict:
                        for best in [_best_fixed(results, r)] if best > 0]
             est = [r.estimated_speedup for r in rs if r.estimated_speedup]
             judged = _verdict_ratios(rs, plain, control)
+            waits = _first_token_delays(rs, plain)
             table[cat][v] = {
                 "runs": len(rs),
                 "tokens_per_s": _median([r.tokens_per_s for r in rs]),
@@ -81,6 +82,8 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "acceptance_rate": _median([r.acceptance_rate for r in rs]),
                 "mean_accepted_per_round": _median([r.mean_accepted_per_round for r in rs]),
                 "ttft_s": _median([r.ttft_s for r in rs]),
+                "ttft_vs_plain_s": _median(waits),
+                "ttft_vs_plain_worst_s": max(waits) if waits else None,
                 "itl_p50_s": _median([r.itl_p50_s for r in rs]),
                 "itl_p95_s": _median([r.itl_p95_s for r in rs]),
                 "python_share": _median([r.python_share for r in rs]),
@@ -89,6 +92,12 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "greedy_equal": None if v == PLAIN or rs[0].family == "llama.cpp" else _equality(rs),
             }
     return {"categories": categories, "variants": variants, "table": table, "verdict": _verdict_summary(results, plain)}
+
+
+def _first_token_delays(rs: Sequence[RunResult], plain: dict) -> list[float]:
+    """Per run: its time to the first token less plain decoding's for the same prompt in the same repeat."""
+    return [r.ttft_s - base.ttft_s for r in rs if r.variant != PLAIN
+            and (base := plain.get((r.prompt_id, r.repeat))) is not None]
 
 
 def _verdict_ratios(rs: Sequence[RunResult], plain: dict, control: dict | None = None) -> list[float]:
@@ -136,8 +145,8 @@ def markdown(summary: dict, meta: dict) -> str:
         f"interleaved, medians", f"- date: {meta['date']}", "",
         "| category | variant | tok/s | speedup vs plain (min) | Auto / best fixed k | estimated speedup "
         "| estimated / measured (worst) | acceptance "
-        "| accepted/round | TTFT ms | ITL p50/p95 ms | Python ms/token | greedy = plain |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| accepted/round | TTFT ms | TTFT vs plain ms (worst) | ITL p50/p95 ms | Python ms/token | greedy = plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(x, spec=".2f", scale=1.0):
@@ -150,7 +159,8 @@ def markdown(summary: dict, meta: dict) -> str:
                 f"| {f(row['auto_vs_best_fixed'])}{'x' if row['auto_vs_best_fixed'] else ''} "
                 f"| {f(row['estimated_speedup'])}x | {f(row.get('verdict_ratio'))} ({f(row.get('verdict_worst'))}) "
                 f"| {f(row['acceptance_rate'])} | {f(row['mean_accepted_per_round'])} "
-                f"| {f(row['ttft_s'], '.0f', 1000)} | {f(row['itl_p50_s'], '.0f', 1000)}/{f(row['itl_p95_s'], '.0f', 1000)} "
+                f"| {f(row['ttft_s'], '.0f', 1000)} | {_signed_ms(row.get('ttft_vs_plain_s'))} ({_signed_ms(row.get('ttft_vs_plain_worst_s'))}) "
+                f"| {f(row['itl_p50_s'], '.0f', 1000)}/{f(row['itl_p95_s'], '.0f', 1000)} "
                 f"| {f(row['python_ms_per_token'], '.2f')} | {row['greedy_equal'] or '-'} |"
             )
     verdict = summary.get("verdict") or {}
@@ -182,7 +192,10 @@ def markdown(summary: dict, meta: dict) -> str:
         lines += ["", f"history: each prompt drafts from an index of the other conversations in `{hist['warm']}`{replies} "
                   f"(never its own; {hist['entries_median']:,} n-grams median, at most {hist['mb_max']} MB)"
                   + (f", on top of the saved index {hist['saved_index']}" if hist.get("saved_index") else "") + "."]
-    lines += ["", "Auto / best fixed k: per prompt, the fixed draft length of the same drafter (plain decoding "
+    lines += ["", "TTFT vs plain: per run, its time to the first token less plain decoding's for the same prompt in "
+              "the same repeat (the median, and the longest extra wait): a drafter that reads the question before "
+              "the first token shows here, however fast the rest of the reply runs.",
+              "Auto / best fixed k: per prompt, the fixed draft length of the same drafter (plain decoding "
               "included) with the highest median tokens/s over the repeats, chosen in hindsight; per run, Auto's "
               "tokens/s over that variant's in the same repeat; the median is shown.",
               "Python ms/token: the engine's own time per emitted token (neither llama.cpp nor the consumer)."]
@@ -222,6 +235,10 @@ def docs_markdown(summary: dict, meta: dict) -> str:
         lines += [f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} | {v['within_10']:.0%} "
                   f"| {v['within_25']:.0%} |" for name, v in summary["verdict"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _signed_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:+.0f}"
 
 
 def chart(summary: dict, path: Path) -> Path:

@@ -14,7 +14,7 @@ from app.core.settings import AUTO, AppSettings, load_settings, save_settings, s
 from app.history.store import ChatStore, database_path
 from app.core.theme import Theme
 from app_support import SCHEMA_1, write_old_history
-from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent
+from engine.decoding.events import Certainty, DoneEvent, RoundEvent, TokenEvent
 from engine.decoding.session import GenerationSettings, Session
 from engine.llama.types import LoadSettings
 
@@ -202,3 +202,27 @@ def test_a_schema_1_database_is_upgraded_in_place_keeping_its_chats():
     assert [t.text for t in reply.tokens] == ["yo"] and reply.tokens[0].runner_up is None
     assert sqlite3.connect(path).execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "5"
     store.close()
+
+
+def test_verdict_counts_a_late_first_token(events):
+    """A reply as fast as plain decoding after its first token, which came 0.2 s later than plain decoding's would
+    have, is not "about the same": the wait is named and the verdict is "slower" (values written here)."""
+    done = events[-1]
+    assert done.stats.first_token_delay_s is not None  # the engine prices it for every reply
+
+    def final(speedup, delay, drafted=12):
+        s = ReplyStats(auto=True)
+        s.finish(dataclasses.replace(done.stats, draft_mode="auto", estimated_speedup=speedup, drafted=drafted,
+                                     first_token_delay_s=delay, certainty=Certainty.SETTLED, auto_rounds_before=0))
+        return verdict(s.snapshot())
+
+    late = final(1.0, 0.2)
+    assert late == "Speculation was slower than plain decoding here: its first token came 0.20 s later than plain " \
+                   "decoding's would have (then 1.00×)." and late.tone == "bad"
+    assert "about the same" in final(1.0, 0.09)  # under 0.1 s a person does not notice it
+    helping = final(1.6, 0.25)
+    assert helping.startswith("Speculation is helping") and "0.25 s later" in helping and helping.tone == "good"
+    plain = final(None, 0.3, drafted=0)  # Auto read ahead and never drafted: the wait is all there is to say
+    assert plain == "Speculation was slower than plain decoding here: its first token came 0.30 s later than plain " \
+                    "decoding's would have." and plain.tone == "bad"
+    assert "later" not in final(1.0, None) and "later" not in final(1.0, -0.05)

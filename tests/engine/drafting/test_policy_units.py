@@ -673,8 +673,9 @@ def test_drafting_starts_behind_a_backlog_only_when_the_next_tokens_repay_readin
     assert auto_with(at_horizon + 1e-6).request(1, behind=100, remaining=10 * REPLY_HORIZON, judgeable=99).model_k == 0
     # With the prompt unread, over the tokens the reply is expected to go on for: as many as it has run (20:
     # 0.6 s), at least 12 (0.36 s), within what the limit leaves (15 of a reply that has run 20: 0.45 s); one
-    # prompt token unread is an unread prompt (98 reply tokens: 2.94 s, not the horizon's 7.68 s).
-    for so_far, remaining, saved in ((20, 50, 0.6), (5, 50, 0.36), (0, None, 0.36), (20, 15, 0.45), (40, None, 1.2),
+    # prompt token unread is an unread prompt (98 reply tokens: 2.94 s, not the horizon's 7.68 s). Before the reply's
+    # first token (so far 0) the read must be repaid FIRST_REPAY (4) times: 0.36 s / 4 = 0.09 s.
+    for so_far, remaining, saved in ((20, 50, 0.6), (5, 50, 0.36), (0, None, 0.09), (20, 15, 0.45), (40, None, 1.2),
                                      (98, None, 2.94)):
         assert auto_with(saved - 1e-6).request(1, behind=100, remaining=remaining, judgeable=so_far).model_k == 1
         assert auto_with(saved + 1e-6).request(1, behind=100, remaining=remaining, judgeable=so_far).model_k == 0

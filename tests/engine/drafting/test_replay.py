@@ -133,8 +133,10 @@ def test_auto_against_the_best_fixed_k_in_hindsight():
     worst = min(results, key=lambda c: c.vs_best)
     assert worst.vs_best >= 0.85, worst
     # The document question (attach-doc), where Auto was 0.84x of plain on this machine when it was added: 0.94x
-    # now (0.98x on its own machine's costs: the test below), 17 misses in 196 where there were 16.
-    assert len(misses) <= 0.09 * len(results), misses
+    # now (0.98x on its own machine's costs: the test below), 17 misses in 196 where there were 16. 22 since a prompt's
+    # read is paid before the first token only where the prior's draft repays it four times (policy.FIRST_REPAY): five
+    # replies on Apple-like costs whose ~200-token prompts cost 3.4 plain rounds to read (0.90-0.94 of the best k).
+    assert len(misses) <= 22, misses
     # On CPU-like costs a miss is that document or a lookup-only variant: a cautious lookup's draft grows
     # from 4 to 16 tokens in two rounds that kept it all (code_rewrite-3: 0.91x of k=15 in hindsight).
     assert all(m[2] >= 0.9 for m in misses if m[0] in ("this machine", "cpu-slow-drafter")), misses

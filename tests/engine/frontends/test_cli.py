@@ -176,3 +176,29 @@ def test_bench_writes_the_docs_headline_with_command_commit_and_machine(tiny, tm
     assert header[:2] == ["category", "plain tok/s"] and chat[1:] == every[1:]
     assert chat[1] == f"{runs['plain']:.2f}"
     assert chat[header.index("lookup k=auto")] == f"{runs['lookup k=auto'] / runs['plain']:.2f}x"
+
+
+def test_bench_runs_one_half_of_a_split_set(tiny, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": i, "prompt": p, "category": "chat", "half": h}) + "\n"
+                               for i, p, h in (("a", "hello world", "tune"), ("b", "the model is fast", "report"))))
+    out = tmp_path / "out"
+    r = engine("bench", "--target", str(tiny["target"]), "--draft", "lookup", "--prompts", str(prompts), "--half", "report",
+               "--max-tokens", "4", "--repeats", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert {run["prompt_id"] for run in json.loads((out / "report.json").read_text())["runs"]} == {"b"}
+    r = engine("bench", "--target", str(tiny["target"]), "--prompts", str(prompts), "--half", "tuning", "--out", str(out))
+    assert r.returncode == 2 and "no prompts in the half 'tuning'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_wide_bench_set_is_split_once_into_halves_of_every_category():
+    from engine.frontends.bench import load_prompts
+
+    prompts = load_prompts(ROOT / "resources" / "bench" / "wide" / "prompts.jsonl")
+    assert len(prompts) == 90 and len({p.id for p in prompts}) == 90
+    cats = {p.category for p in prompts}
+    assert len(cats) == 12 and {"translation en-de", "translation de-en", "multi-turn chat", "long-context QA"} <= cats
+    for cat in cats:
+        halves = [p.half for p in prompts if p.category == cat]
+        assert sorted(set(halves)) == ["report", "tune"] and abs(halves.count("tune") - halves.count("report")) <= 1, cat
+    assert all(p.history for p in prompts if p.category == "multi-turn chat")
