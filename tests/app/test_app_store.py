@@ -218,11 +218,11 @@ def test_verdict_counts_a_late_first_token(events):
 
     late = final(1.0, 0.2)
     assert late == "Speculation was slower than plain decoding here: its first token came 0.20 s later than plain " \
-                   "decoding's would have (then 1.00×)." and late.tone == "bad"
+                   "decoding's would have (then 1.00×)." and late.tone is Tone.BAD
     assert "about the same" in final(1.0, 0.09)  # under 0.1 s a person does not notice it
     helping = final(1.6, 0.25)
-    assert helping.startswith("Speculation is helping") and "0.25 s later" in helping and helping.tone == "good"
+    assert helping.startswith("Speculation is helping") and "0.25 s later" in helping and helping.tone is Tone.GOOD
     plain = final(None, 0.3, drafted=0)  # Auto read ahead and never drafted: the wait is all there is to say
     assert plain == "Speculation was slower than plain decoding here: its first token came 0.30 s later than plain " \
-                    "decoding's would have." and plain.tone == "bad"
+                    "decoding's would have." and plain.tone is Tone.BAD
     assert "later" not in final(1.0, None) and "later" not in final(1.0, -0.05)
