@@ -152,6 +152,6 @@ def terminated_cleanly(proc: subprocess.Popen) -> str:
     Returns what it printed after the TERM."""
     proc.send_signal(signal.SIGTERM)
     rest, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, f"exit {proc.returncode}: {err}"
     assert "Traceback" not in err and "QThread: Destroyed" not in err
     return rest
