@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -27,14 +26,6 @@ PLAIN_PROMPT = "python code token draft"
 # llama.cpp's -f drops one trailing newline unless native.py guards against it.
 CHAT_MESSAGES = [{"role": "user", "content": "the model is fast"}]
 CHAT_RENDERED = "<|im_start|>user\nthe model is fast<|im_end|>\n<|im_start|>assistant\n"
-
-
-@pytest.fixture(scope="module")
-def tools():
-    try:
-        return native.locate()
-    except EngineError as exc:
-        pytest.skip(f"llama.cpp tools not built: {exc}")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 
 from engine.decoding.events import DoneEvent, RoundEvent
 from engine.decoding.session import GenerationSettings, Session
-from engine.errors import EngineError
 from engine.frontends import native
 from engine.llama.types import LoadSettings
 from engine.sampling import SamplingParams
@@ -19,14 +18,6 @@ from tree import ROOT
 
 THREADS = 1
 PROMPTS = ("the model is fast and", "python code token draft")
-
-
-@pytest.fixture(scope="module")
-def tools():
-    try:
-        return native.locate()
-    except EngineError as exc:
-        pytest.skip(f"llama.cpp tools not built: {exc}")
 
 
 @pytest.fixture(scope="module")
