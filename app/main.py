@@ -73,7 +73,9 @@ def _quit_on_signals() -> Callable[[object], None]:
         if window is None:
             held["asked"] = True
         else:
-            window.close()
+            # Not window.close() here: Python runs this between any two bytecodes, maybe inside a paintEvent, and
+            # closing the window there freed what its painter drew on (SIGSEGV in QPainter.fillRect beside a busy loop).
+            QTimer.singleShot(0, window.close)
 
     signal.signal(signal.SIGINT, close)
     if hasattr(signal, "SIGTERM"):

@@ -2,6 +2,7 @@
 
     python tests/fault_app.py hold-load   the engine thread is held inside the model load
     python tests/fault_app.py term-while-built   a TERM arrives while the window is built, before it is shown
+    python tests/fault_app.py term-in-paint   a TERM arrives while the window paints
     python tests/fault_app.py chat        starts a new chat and sends a message, the next when each reply ends
     python tests/fault_app.py zygote      imports the app once, then per stdin line `MODE FIFO`
                                           forks a fresh app process whose stdout is FIFO, prints
@@ -79,8 +80,34 @@ def chat(window) -> None:
 
 
 #: Hooks on the controller run as soon as it exists: the window's constructor starts the saved pair's load.
+def term_in_paint(window) -> None:
+    """A TERM that lands while the window paints: a child whose paintEvent sends it and paints on after Python has
+    run the handler (between two bytecodes, as a signal can land inside any of the app's paintEvents)."""
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QColor, QPainter
+    from PySide6.QtWidgets import QWidget
+
+    class Painted(QWidget):
+        sent = False
+
+        def paintEvent(self, _event) -> None:
+            p = QPainter(self)
+            if not Painted.sent:
+                Painted.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+                say("term sent in paint")
+            for i in range(200):  # bytecodes: the handler runs here
+                p.fillRect(QRectF(i % 50, i % 30, 40, 20), QColor(200, i % 255, 90))
+            p.end()
+
+    child = Painted(window)
+    child.setGeometry(0, 0, 300, 200)
+    child.show()
+    QTimer.singleShot(300, child.update)
+
+
 CONTROLLER_MODES = {"hold-load": hold_load}
-WINDOW_MODES = {"chat": chat, "term-while-built": term_while_built}
+WINDOW_MODES = {"chat": chat, "term-while-built": term_while_built, "term-in-paint": term_in_paint}
 
 
 def run(mode: str) -> int:

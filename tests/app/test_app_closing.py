@@ -121,3 +121,16 @@ def test_a_term_while_the_window_is_built_closes_it_once_shown(tiny, isolated_ho
     assert out.splitlines()[:1] == ["built"]
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_a_term_that_lands_while_the_window_paints_closes_it_after_the_paint(tiny, isolated_home):
+    """Python runs a signal handler between any two bytecodes, so a TERM can land inside one of the app's paintEvents.
+    The handler once closed the window right there: the window's surface went while its painter still drew (beside a
+    busy loop, a SIGSEGV in the acceptance chart's fillRect, about one close in ten; here Qt says the flush had no
+    window). Now the close waits for the event loop: the paint ends, then the window closes and the process exits 0."""
+    install_tiny(tiny, isolated_home)
+    with fault_app(isolated_home, "term-in-paint") as proc:
+        out, err = proc.communicate(timeout=60)
+    assert "term sent in paint" in out.splitlines()
+    assert proc.returncode == 0, err
+    assert "does not have a handle" not in err and "Traceback" not in err
