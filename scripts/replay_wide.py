@@ -3,13 +3,14 @@ geometric mean, the worst reply, how many fall below 0.95x, and the first token'
 
     python scripts/replay_wide.py TRACES [TRACES ...] [--drafter lookup+model]
 
-Profiles: the Xeon with AMX (resources/bench/amx_traces.jsonl's header), the Zen 5 (zen5_traces.jsonl), the same
+Profiles: a 2-core AMD EPYC (wide/epyc_2core_costs.json, calibrated at load), the Xeon with AMX (resources/bench/amx_traces.jsonl's header), the Zen 5 (zen5_traces.jsonl), the same
 Xeon with batched blocks 20% cheaper (a machine where a rejected long draft is cheap enough that Auto is not
 cautious, as a build with repacking can be), and issue 9's GPU and Apple profiles.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -40,7 +41,8 @@ def cheaper_blocks(profile: CostProfile, factor: float) -> CostProfile:
 def profiles() -> dict[str, CostProfile]:
     xeon = recorded_profile(load_traces(BENCH / "amx_traces.jsonl")[0])
     zen5 = recorded_profile(load_traces(BENCH / "zen5_traces.jsonl")[0])
-    return {"xeon": xeon, "zen5": zen5, "xeon-cheap-blocks": cheaper_blocks(xeon, 0.8),
+    epyc = recorded_profile(json.loads((BENCH / "wide" / "epyc_2core_costs.json").read_text(encoding="utf-8")))
+    return {"epyc": epyc, "xeon": xeon, "zen5": zen5, "xeon-cheap-blocks": cheaper_blocks(xeon, 0.8),
             "gpu": PROFILES["gpu"], "apple": PROFILES["apple"]}
 
 

@@ -32,9 +32,9 @@ What each price covers, so that none is inflated by how long drafting was off:
 - Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious: a fresh key is
   as sure as its parent, and a draft's length grows with the runs its key has kept (CAUTIOUS).
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
-cost fits in a 1.5% budget of the time spent since that kind last drafted (a kind never tried is
-tried at once if that look costs at most a plain round; a free draft judged unverified counts as
-one); a probe that is fully accepted is followed straight away by another, so a drafter that
+cost fits in a 1.5% budget of the time spent since that kind last drafted (a model drafter never
+tried is tried at once if that look costs at most a plain round; a free draft judged unverified counts
+as one, so a free kind's first look waits for its budget); a probe that is fully accepted is followed straight away by another, so a drafter that
 starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog
 only beyond 2% of a plain round per token read: where reading is that cheap, keeping the drafter
 in step is a standing price that lets it come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
@@ -276,7 +276,7 @@ class _Probe:
 
     def __init__(self) -> None:
         # Decoding time since drafting of this kind last ran (or was judged): a kind never tried is
-        # due at once when its look costs at most a plain round (it teaches the most, and a short
+        # due at once when its look costs at most `first_look` (it teaches the most, and a short
         # reply cannot wait for the budget).
         self.idle_s = math.inf
         self.again = False  # the last probe was fully accepted: look again at once
@@ -408,9 +408,10 @@ class AutoK(DraftPolicy):
         probe_k = min(limit, PROBE_K)
         if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
             return 0  # even a perfect drafter could not win here
-        # A first look at a model drafter reads its backlog (the whole prompt): at once only when that
-        # costs at most a plain round. A lookup has no backlog: its first look is at once.
-        first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else math.inf
+        # A first look at a model drafter reads its backlog (the whole prompt): at once only when that costs at most
+        # a plain round. A free draft is judged unverified every round anyway (observe: aside), so its first verified
+        # look earns its budget too: taken at once, one failed lookup cost a 15-token reply 5% (wide set, EPYC).
+        first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else 0.0
         if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost, remaining), first_look=first_look):
             self._probing.add(key)
             return probe_k

@@ -194,10 +194,12 @@ def test_lookups_are_judged_from_rounds_they_did_not_draft():
     are learned by length up to 32 tokens. Measured here (geometric mean / worst): the chats on the Q4_0
     copy's costs 1.244 / 1.081 (1.151 / 0.979 before), the benchmark's prompts recorded on the Zen 5
     (zen5_traces.jsonl, matches up to 32) 1.141 / 0.957 on the Q4_K_M's costs (1.121 / 0.971) and 1.223 /
-    0.980 on the copy's (1.218 / 0.980)."""
+    0.980 on the copy's (1.218 / 0.980). Since a free kind's first look waits for its probe's budget (on the wide
+    set's held-out half on this EPYC's costs: worst category 0.963 -> 0.975, 1.014 -> 1.023 overall), these 13
+    prompts the rules were once tuned on give 1.121 / 0.965 on the Q4_K_M's costs."""
     chats = lookup_speedups(BENCH / "chat_traces.jsonl", ZEN5_Q4_0)
     assert geomean(chats) >= 1.2 and min(chats) >= 1.05, chats
-    for profile, goal in ((ZEN5, 1.13), (ZEN5_Q4_0, 1.21)):
+    for profile, goal in ((ZEN5, 1.12), (ZEN5_Q4_0, 1.21)):
         prompts = lookup_speedups(BENCH / "zen5_traces.jsonl", profile)
         assert geomean(prompts) >= goal and min(prompts) >= 0.95, (profile.name, prompts)
 
@@ -455,3 +457,26 @@ def test_a_continuation_goes_on_from_what_its_reply_learned():
     assert memory.for_reply(costs, True, "model", [5], continues=True) is last
     memory.forget()
     assert memory.for_reply(costs, True, "model", [5], continues=True).rounds_seen == 0
+
+
+def test_the_wide_sets_categories_replayed_on_a_2_core_epyc():
+    """The wide bench set (resources/bench/wide: 45 + 45 replies of the real pair, 12 categories), lookup + model under
+    Auto, on a 2-core AMD EPYC's costs calibrated at load (no AMX: a block of 5 costs 3.8 plain rounds, so the model
+    drafter never pays and Auto is lookup alone). Every category's geometric mean at 0.97x of plain or better on both
+    halves. Before a free kind's first look waited for its budget, tune / report: 1.008 / 1.014 overall, worst category
+    0.952 / 0.963 (short answer, extraction: one failed lookup in a 15-token reply costs 5%); after: 1.020 / 1.023,
+    worst 0.978 / 0.975 (explanation)."""
+    import json
+
+    head = json.loads((BENCH / "wide" / "epyc_2core_costs.json").read_text(encoding="utf-8"))
+    epyc = recorded_profile(head)
+    for half, overall in (("tune", 1.0195), ("report", 1.0225)):
+        _, traces = load_traces(BENCH / "wide" / f"{half}_traces.jsonl")
+        by_cat: dict[str, list[float]] = {}
+        for t in traces:
+            auto = simulate(t, epyc, auto_policy("lookup+model"), "lookup+model")
+            plain = simulate(t, epyc, fixed_policy(0), "lookup+model")
+            by_cat.setdefault(t.category, []).append(auto.rate / plain.rate)
+        assert len(by_cat) == 12
+        cats = {c: geomean(v) for c, v in by_cat.items()}
+        assert min(cats.values()) >= 0.97 and geomean([r for v in by_cat.values() for r in v]) >= overall, (half, cats)
