@@ -108,8 +108,7 @@ class Conversations(QObject):
         self.messages = []
         self.search = ""
         self.emit_list()
-        self.sig_messages.emit([])
-        self.sig_stats.emit(None, DONE_TITLE)
+        self.show_nothing()
 
     def open(self, conv_id: int) -> None:
         if conv_id == self.current_id and self.messages:
@@ -147,8 +146,7 @@ class Conversations(QObject):
                 self.emit_list()
                 return
             self.messages = []
-            self.sig_messages.emit([])
-            self.sig_stats.emit(None, DONE_TITLE)
+            self.show_nothing()
         self.emit_list()
 
     def forget_if_empty(self, conv_id: int) -> None:

@@ -9,6 +9,7 @@ costs are simulated, nothing is timed.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -466,8 +467,6 @@ def test_the_wide_sets_categories_replayed_on_a_2_core_epyc():
     halves. Before a free kind's first look waited for its budget, tune / report: 1.008 / 1.014 overall, worst category
     0.952 / 0.963 (short answer, extraction: one failed lookup in a 15-token reply costs 5%); after: 1.020 / 1.023,
     worst 0.978 / 0.975 (explanation)."""
-    import json
-
     head = json.loads((BENCH / "wide" / "epyc_2core_costs.json").read_text(encoding="utf-8"))
     epyc = recorded_profile(head)
     for half, overall in (("tune", 1.0195), ("report", 1.0225)):
