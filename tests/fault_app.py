@@ -3,6 +3,8 @@
     python tests/fault_app.py hold-load   the engine thread is held inside the model load
     python tests/fault_app.py term-while-built   a TERM arrives while the window is built, before it is shown
     python tests/fault_app.py term-in-paint   a TERM arrives while the window paints
+    python tests/fault_app.py jobs-past-exit  closes the window while a short job and a long task run on,
+                                          and lets them end after Qt's exit has deleted their QObjects
     python tests/fault_app.py chat        starts a new chat and sends a message, the next when each reply ends
     python tests/fault_app.py zygote      imports the app once, then per stdin line `MODE FIFO`
                                           forks a fresh app process whose stdout is FIFO, prints
@@ -18,12 +20,18 @@ already committed), `finished ID REASON JSON-TEXT`.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
+
+#: Run after PySide's own exit hook, which deletes the QObjects Python still holds (atexit runs the last
+#: registered first, and PySide registers its hook when QtCore is imported, below).
+AFTER_QT_EXIT: list = []
+atexit.register(lambda: [hook() for hook in AFTER_QT_EXIT])
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -106,8 +114,40 @@ def term_in_paint(window) -> None:
     QTimer.singleShot(300, child.update)
 
 
+def jobs_past_exit(window) -> None:
+    """A short background job and a long task with progress still run when the app exits; they end once Qt's exit
+    has deleted their Workers (as a header read or a download can outlive the window on its daemon thread)."""
+    from app.control.tasks import Task
+    from app.core.background import run_in_background
+
+    release = threading.Event()
+
+    def long_job(report, cancel) -> str:
+        say("task running")
+        release.wait(60)
+        for step in range(1000):
+            if cancel.is_set():
+                raise InterruptedError(f"stopped at {step}")  # as the app's jobs do
+            report("model.gguf", step / 1000, "")
+        return "ran to its end"
+
+    short = run_in_background(lambda: release.wait(60), lambda _v: say("short job heard"))
+    task = Task("download:x", "Downloading", long_job)
+    task.start()
+
+    def end_them() -> None:
+        release.set()
+        for worker in (short, task):
+            worker._thread.join(30)
+        say("after exit:", task.state.value, task.error)
+
+    AFTER_QT_EXIT.append(end_them)
+    QTimer.singleShot(200, window.close)
+
+
 CONTROLLER_MODES = {"hold-load": hold_load}
-WINDOW_MODES = {"chat": chat, "term-while-built": term_while_built, "term-in-paint": term_in_paint}
+WINDOW_MODES = {"chat": chat, "term-while-built": term_while_built, "term-in-paint": term_in_paint,
+                "jobs-past-exit": jobs_past_exit}
 
 
 def run(mode: str) -> int:

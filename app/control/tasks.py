@@ -76,7 +76,7 @@ class Task(Worker):
         self._last_emit, self._last_what = now, what
         self._last_fraction = fraction if fraction is not None else self._last_fraction
         self.last = Progress(what, fraction, detail)
-        self.sig_progress.emit(self.last)
+        self.tell(self.sig_progress, self.last)
 
     def work(self) -> Any:
         return self._job(self._report, self.cancel)
@@ -90,7 +90,7 @@ class Task(Worker):
             cancelled = self.cancel.is_set() or isinstance(error, self._cancelled_types)
             self.state = TaskState.CANCELLED if cancelled else TaskState.FAILED
         super()._ended(value, error)
-        self.sig_finished.emit(self)
+        self.tell(self.sig_finished, self)
 
 
 def rate_detail(done: int, total: int | None, bytes_per_s: float) -> str:

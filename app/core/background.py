@@ -9,7 +9,8 @@ would wait). Short jobs that must not block the window (reading model headers, c
 (app.control.tasks.Task). The engine thread is apart and ordered (app.core.engine_thread).
 
 Threads are daemons: closing the window never waits for a job; a job's late answer to a closed widget is
-dropped. Short jobs run at most a few at a time (as on a thread pool: attaching fifty files reads a few at
+dropped, and so is one that ends after the app's exit has deleted its Worker (PySide deletes the QObjects Python
+still holds as the interpreter exits, while a daemon job may still run). Short jobs run at most a few at a time (as on a thread pool: attaching fifty files reads a few at
 once); a long job never holds up a short one.
 """
 from __future__ import annotations
@@ -81,9 +82,21 @@ class Worker(QObject):
     def _ended(self, value: Any, error: BaseException | None) -> None:
         """On the worker's thread, as the function ends (a subclass notes the outcome first)."""
         if error is None:
-            self.returned.emit(value)
+            self.tell(self.returned, value)
         else:
-            self.errored.emit(error)
+            self.tell(self.errored, error)
+
+    def tell(self, signal: Any, value: Any) -> bool:
+        """Emit `signal(value)` from the worker's thread. False when the app's exit has already deleted this
+        QObject: nobody is left to hear it, and the job is asked to stop (it reads `cancel` between steps)."""
+        try:
+            signal.emit(value)
+            return True
+        except RuntimeError as exc:
+            if "deleted" not in str(exc):  # PySide: "Signal source has been deleted"
+                raise
+            self.cancel.set()
+            return False
 
     @Slot(object)
     def _deliver_value(self, value) -> None:

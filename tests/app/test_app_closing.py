@@ -134,3 +134,17 @@ def test_a_term_that_lands_while_the_window_paints_closes_it_after_the_paint(tin
     assert "term sent in paint" in out.splitlines()
     assert proc.returncode == 0, err
     assert "does not have a handle" not in err and "Traceback" not in err
+
+
+def test_jobs_that_end_after_the_apps_exit_end_quietly_and_a_task_stops(isolated_home):
+    """A short job and a long task outlive the window on their daemon threads; at the interpreter's exit PySide
+    deletes the QObjects Python still holds, their Workers among them, and only then do the jobs end. Their answers
+    are dropped without a word (once: "Exception in thread background ... Signal source has been deleted", which
+    failed a CI run), and the task, whose progress nobody can hear any more, is asked to stop."""
+    with fault_app(isolated_home, "jobs-past-exit") as proc:
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "deleted" not in err, err
+    lines = out.splitlines()
+    assert "task running" in lines and "short job heard" not in lines
+    assert lines[-1] == "after exit: cancelled stopped at 1", out
