@@ -29,7 +29,11 @@ def run(variant: str, repeat: int, tok_s: float) -> RunResult:
 def report(folder: Path, speeds: list[tuple[float, float]], commit: str, **meta) -> Path:
     """A real report.json (write_report), repeat r running plain and Auto at speeds[r]."""
     runs = [x for r, (plain, auto) in enumerate(speeds) for x in (run("plain", r, plain), run("auto", r, auto))]
-    write_report(runs, {**META, "date": f"day {commit}", "commit": commit, **meta}, folder)
+    for x in runs:
+        x.rounds = [(0, 0, 0, 0.0, 0.05, "none")]
+    command = {"aaa": "bench one", "bbb": "bench two"}.get(commit)
+    write_report(runs, {**META, "date": f"day {commit}", "commit": commit, "cpu": "a CPU", "command": command, **meta},
+                 folder)
     return folder / "report.json"
 
 
@@ -48,17 +52,42 @@ def test_pooled_runs_are_each_compared_with_plain_decoding_of_their_own_repeat(t
     assert row["speedup_min"] == pytest.approx(0.8)
     assert row["runs"] == 4
     assert pooled["meta"]["repeats"] == 4 and pooled["meta"]["commit"] == "aaa, bbb"
-    assert [p["commit"] for p in pooled["meta"]["pooled_from"]] == ["aaa", "bbb"]
+    assert pooled["meta"]["date"] == "day aaa, day bbb" and pooled["meta"]["cpu"] == "a CPU"
+    assert pooled["meta"]["target"] == "t.gguf" and "command" not in pooled["meta"]
+    assert pooled["meta"]["pooled_from"] == [
+        {"report": str(first), "command": "bench one", "commit": "aaa", "date": "day aaa", "repeats": 2},
+        {"report": str(second), "command": "bench two", "commit": "bbb", "date": "day bbb", "repeats": 2}]
+    assert results[0].rounds == [(0, 0, 0, 0.0, 0.05, "none")]
     assert "- commit: aaa, bbb" in (out / "report.md").read_text()
 
 
 def test_reports_of_different_benches_are_refused_by_name(tmp_path):
     first = report(tmp_path / "one", [(10.0, 12.0)], "aaa")
     other = report(tmp_path / "two", [(10.0, 12.0)], "bbb", target="other.gguf")
-    with pytest.raises(PoolError, match="target is 'other.gguf', not 't.gguf'"):
+    with pytest.raises(PoolError) as caught:
         pool([first, other])
+    assert str(caught.value) == f"{other}: target is 'other.gguf', not 't.gguf' as in {first}"
     with pytest.raises(PoolError, match="two reports or more"):
         pool([first])
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["runs"][1].update(variant="lookup@4"), "variants ['lookup@4', 'plain'] differ from ['auto', 'plain']"),
+    (lambda d: d["runs"].pop(0), "run 'a' / 'auto' has no plain run in its repeat"),
+    (lambda d: d["meta"].update(repeats="2"), "its repeats are not a count"),
+    (lambda d: d["runs"][1].update(tokens_per_s=True), "has a repeat or a measurement that is not a number"),
+    (lambda d: d["runs"][1].update(repeat=-1), "has a repeat or a measurement that is not a number"),
+    (lambda d: d["runs"][1].update(rounds=[1, 2]), "has rounds that are not lists"),
+])
+def test_runs_that_cannot_be_compared_are_refused_by_name(tmp_path, edit, says):
+    first = report(tmp_path / "one", [(10.0, 12.0)], "aaa")
+    data = json.loads(first.read_text())
+    edit(data)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    with pytest.raises(PoolError) as caught:
+        pool([first, edited])
+    assert str(caught.value).startswith(f"{edited}: ") and says in str(caught.value)
 
 
 def test_the_script_pools_into_a_folder_and_says_why_it_cannot(tmp_path):
