@@ -5,21 +5,24 @@ with the current summary code: for a change in how runs are summarised, not in h
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.frontends.bench import RunResult  # noqa: E402
-from engine.frontends.bench_report import write_report
+from engine.frontends.bench_pool import PoolError, load_runs  # noqa: E402
+from engine.frontends.bench_report import write_report  # noqa: E402
 
 
-def main(folder: Path) -> None:
-    report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
-    results = [RunResult(**{**run, "rounds": [tuple(r) for r in run["rounds"]]}) for run in report["runs"]]
-    for path in write_report(results, report["meta"], folder).values():
+def main(folder: Path) -> int:
+    try:
+        results, meta = load_runs(folder / "report.json")
+    except PoolError as exc:
+        print(f"bench_rewrite: {exc}", file=sys.stderr)
+        return 2
+    for path in write_report(results, meta, folder).values():
         print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    sys.exit(main(Path(sys.argv[1])))

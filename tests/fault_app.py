@@ -138,7 +138,7 @@ def jobs_past_exit(window) -> None:
     def end_them() -> None:
         release.set()
         for worker in (short, task):
-            worker._thread.join(30)
+            worker.wait(30)
         say("after exit:", task.state.value, task.error)
 
     AFTER_QT_EXIT.append(end_them)

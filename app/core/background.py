@@ -10,8 +10,8 @@ would wait). Short jobs that must not block the window (reading model headers, c
 
 Threads are daemons: closing the window never waits for a job; a job's late answer to a closed widget is
 dropped, and so is one that ends after the app's exit has deleted its Worker (PySide deletes the QObjects Python
-still holds as the interpreter exits, while a daemon job may still run). Short jobs run at most a few at a time (as on a thread pool: attaching fifty files reads a few at
-once); a long job never holds up a short one.
+still holds as the interpreter exits, while a daemon job may still run). Short jobs run at most a few at a time
+(as on a thread pool: attaching fifty files reads a few at once); a long job never holds up a short one.
 """
 from __future__ import annotations
 
@@ -86,17 +86,16 @@ class Worker(QObject):
         else:
             self.tell(self.errored, error)
 
-    def tell(self, signal: Any, value: Any) -> bool:
-        """Emit `signal(value)` from the worker's thread. False when the app's exit has already deleted this
-        QObject: nobody is left to hear it, and the job is asked to stop (it reads `cancel` between steps)."""
+    def tell(self, signal: Any, value: Any) -> None:
+        """Emit `signal(value)` from the worker's thread. Where the app's exit has already deleted this QObject,
+        nobody is left to hear it: the value is dropped and the job is asked to stop (it reads `cancel` between
+        steps)."""
         try:
             signal.emit(value)
-            return True
         except RuntimeError as exc:
             if "deleted" not in str(exc):  # PySide: "Signal source has been deleted"
                 raise
             self.cancel.set()
-            return False
 
     @Slot(object)
     def _deliver_value(self, value) -> None:

@@ -131,3 +131,20 @@ def test_a_hand_edited_report_pools_or_says_why(tmp_path, field, value):
         assert str(edited) in str(exc) or str(first) in str(exc)
         return
     assert len(results) == 2 + len([d for d in data["runs"] if isinstance(d, dict)])
+
+
+def test_the_rewrite_script_reads_a_report_back_through_the_same_checks(tmp_path):
+    """scripts/bench_rewrite.py rebuilds a report from its saved runs (the same summary, written again), and refuses
+    a report with a run that has no plain run to be compared with, as pooling does."""
+    path = report(tmp_path / "one", [(10.0, 12.0), (10.0, 8.0)], "aaa")
+    before = (tmp_path / "one" / "report.md").read_text()
+    (tmp_path / "one" / "report.md").unlink()
+    script = [sys.executable, str(ROOT / "scripts" / "bench_rewrite.py"), str(tmp_path / "one")]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "one" / "report.md").read_text() == before
+    data = json.loads(path.read_text())
+    data["runs"].pop(0)
+    path.write_text(json.dumps(data))
+    done = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "has no plain run in its repeat" in done.stderr and "Traceback" not in done.stderr
