@@ -32,12 +32,16 @@ What each price covers, so that none is inflated by how long drafting was off:
 - Where a long draft wholly rejected costs many plain steps (CPUs), Auto is cautious: a fresh key is
   as sure as its parent, and a draft's length grows with the runs its key has kept (CAUTIOUS).
 While drafting of a kind is off, Auto probes with a one-token draft when the probe's expected net
-cost fits in a 1.5% budget of the time spent since that kind last drafted (a model drafter never
-tried is tried at once if that look costs at most a plain round; a free draft judged unverified counts
-as one, so a free kind's first look waits for its budget); a probe that is fully accepted is followed straight away by another, so a drafter that
-starts agreeing again is back within a few rounds. A probe pays for the model drafter's backlog
-only beyond 2% of a plain round per token read: where reading is that cheap, keeping the drafter
-in step is a standing price that lets it come back at all. Auto never probes when even a perfect drafter could not beat plain decoding.
+cost fits in a 1.5% budget of the time spent since that kind last drafted:
+- a model drafter never tried is tried at once if that look costs at most a plain round;
+- a free kind (lookup, history) is probed only where Auto is not cautious: its proposal pruned away is
+  judged against the round's tokens anyway (counted as a probe, so its budget starts again), which is
+  all a one-token probe would tell, and on a CPU a rejected probe costs most of a plain round;
+- a probe that is fully accepted is followed straight away by another, so a drafter that starts
+  agreeing again is back within a few rounds;
+- a probe pays for the model drafter's backlog only beyond 2% of a plain round per token read: where
+  reading is that cheap, keeping the drafter in step is a standing price that lets it come back at all.
+Auto never probes when even a perfect drafter could not beat plain decoding.
 """
 from __future__ import annotations
 
@@ -405,6 +409,8 @@ class AutoK(DraftPolicy):
         probe = self.probes.setdefault(key.kind, _Probe())
         if k > 0 and (not with_draft_cost or self._repays_backlog(key, k, behind, remaining)):
             return k
+        if not with_draft_cost and self.cautious():
+            return 0  # judged aside for free (observe), as a probe would be; a rejected probe costs here (docstring)
         probe_k = min(limit, PROBE_K)
         if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
             return 0  # even a perfect drafter could not win here

@@ -463,13 +463,14 @@ def test_a_continuation_goes_on_from_what_its_reply_learned():
 def test_the_wide_sets_categories_replayed_on_a_2_core_epyc():
     """The wide bench set (resources/bench/wide: 45 + 45 replies of the real pair, 12 categories), lookup + model under
     Auto, on a 2-core AMD EPYC's costs calibrated at load (no AMX: a block of 5 costs 3.8 plain rounds, so the model
-    drafter never pays and Auto is lookup alone). Every category's geometric mean at 0.97x of plain or better on both
+    drafter never pays and Auto is lookup alone). Every category's geometric mean at 0.98x of plain or better on both
     halves. Before a free kind's first look waited for its budget, tune / report: 1.008 / 1.014 overall, worst category
     0.952 / 0.963 (short answer, extraction: one failed lookup in a 15-token reply costs 5%); after: 1.020 / 1.023,
-    worst 0.978 / 0.975 (explanation)."""
+    worst 0.978 / 0.975 (explanation); since a free kind is not probed where Auto is cautious: 1.023 / 1.025, worst
+    0.985 / 0.989."""
     head = json.loads((BENCH / "wide" / "epyc_2core_costs.json").read_text(encoding="utf-8"))
     epyc = recorded_profile(head)
-    for half, overall in (("tune", 1.0195), ("report", 1.0225)):
+    for half, overall in (("tune", 1.0225), ("report", 1.0245)):
         _, traces = load_traces(BENCH / "wide" / f"{half}_traces.jsonl")
         by_cat: dict[str, list[float]] = {}
         for t in traces:
@@ -478,4 +479,4 @@ def test_the_wide_sets_categories_replayed_on_a_2_core_epyc():
             by_cat.setdefault(t.category, []).append(auto.rate / plain.rate)
         assert len(by_cat) == 12
         cats = {c: geomean(v) for c, v in by_cat.items()}
-        assert min(cats.values()) >= 0.97 and geomean([r for v in by_cat.values() for r in v]) >= overall, (half, cats)
+        assert min(cats.values()) >= 0.98 and geomean([r for v in by_cat.values() for r in v]) >= overall, (half, cats)
