@@ -35,12 +35,19 @@ def _read(path: Path) -> dict:
     return report
 
 
+def _is_round(x: object) -> bool:
+    """A round as RunResult.rounds holds it: k, drafted, accepted (counts), draft and verify seconds, the drafter."""
+    return (isinstance(x, list) and len(x) == 6 and isinstance(x[5], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x[:3])
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in x[3:5]))
+
+
 def _run(d: dict, path: Path) -> RunResult:
     try:
         r = RunResult(**{k: v for k, v in d.items() if k in _FIELDS})
     except TypeError as exc:
         raise PoolError(f"{path}: a run lacks a field ({exc})") from None
-    numbers = (r.tokens_per_s, r.ttft_s, r.itl_p50_s, r.itl_p95_s, r.python_share, r.acceptance_rate,
+    numbers = (r.tokens, r.tokens_per_s, r.ttft_s, r.itl_p50_s, r.itl_p95_s, r.python_share, r.acceptance_rate,
                r.mean_accepted_per_round)
     names = (r.prompt_id, r.category, r.variant)
     if not all(isinstance(x, str) for x in names):
@@ -49,8 +56,9 @@ def _run(d: dict, path: Path) -> RunResult:
             or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers)):
         raise PoolError(f"{path}: run {r.prompt_id!r} / {r.variant!r} has a repeat or a measurement that is not "
                         "a number")
-    if not isinstance(r.rounds, list) or not all(isinstance(x, list) for x in r.rounds):
-        raise PoolError(f"{path}: run {r.prompt_id!r} / {r.variant!r} has rounds that are not lists")
+    if not isinstance(r.rounds, list) or not all(_is_round(x) for x in r.rounds):
+        raise PoolError(f"{path}: run {r.prompt_id!r} / {r.variant!r} has rounds that are not lists of k, drafted, "
+                        "accepted, draft and verify seconds and a drafter")
     r.rounds = [tuple(x) for x in r.rounds]
     return r
 

@@ -78,6 +78,10 @@ def test_reports_of_different_benches_are_refused_by_name(tmp_path):
     (lambda d: d["runs"][1].update(tokens_per_s=True), "has a repeat or a measurement that is not a number"),
     (lambda d: d["runs"][1].update(repeat=-1), "has a repeat or a measurement that is not a number"),
     (lambda d: d["runs"][1].update(rounds=[1, 2]), "has rounds that are not lists"),
+    (lambda d: d["runs"][1].update(rounds=[[3, 3, "2", 0.0, 0.1, "lookup"]]), "has rounds that are not lists of k"),
+    (lambda d: d["runs"][1].update(rounds=[[3, 3, 2, 0.0, -0.1, "lookup"]]), "has rounds that are not lists of k"),
+    (lambda d: d["runs"][1].update(rounds=[[3, 3, 2, 0.0, 0.1]]), "has rounds that are not lists of k"),
+    (lambda d: d["runs"][1].update(tokens="10"), "has a repeat or a measurement that is not a number"),
 ])
 def test_runs_that_cannot_be_compared_are_refused_by_name(tmp_path, edit, says):
     first = report(tmp_path / "one", [(10.0, 12.0)], "aaa")
@@ -112,7 +116,8 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["repeat", "tokens_per_s", "ttft_s", "rounds", "variant", "prompt_id", "runs", "meta"]),
+@given(field=st.sampled_from(["repeat", "tokens", "tokens_per_s", "ttft_s", "rounds", "variant", "prompt_id", "runs",
+                              "meta"]),
        value=JSON)
 def test_a_hand_edited_report_pools_or_says_why(tmp_path, field, value):
     runs = [asdict(run("plain", 0, 10.0)), asdict(run("auto", 0, 12.0))]
