@@ -862,3 +862,8 @@ def test_a_free_kind_is_probed_only_where_a_rejected_probe_costs_little():
             auto.observe(outcome(verify_s=0.1))
         probed[name] = auto.prune(k3, 4)
     assert probed == {"cpu": 0, "cheap": 1}
+    # where it is still probed, a free kind's first look waits for its budget too (a fresh key, one token offered:
+    # a block of 2 at 1.6 plain rounds does not pay on the prior, and the probe's price is not paid at once)
+    dear_two = AutoK(priced({1: 0.1, 2: 0.16, 4: 0.2, 8: 0.24, 16: 0.28}))
+    assert not dear_two.cautious() and dear_two.prune(DraftKey(DraftKind.LOOKUP, 2), 1) == 0
+    assert dear_two.probes[DraftKind.LOOKUP].idle_s == 0.0  # earning the budget from now on

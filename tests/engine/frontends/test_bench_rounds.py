@@ -37,6 +37,9 @@ def test_a_drafted_round_is_priced_in_the_runs_own_plain_rounds():
     # a model drafter's own seconds count with its block's: 30 ms of drafting + 100 ms for 4 tokens = 2.6 rounds
     model = run("model", [PLAIN_ROUND] * 6 + [(3, 3, 3, 0.03, 0.10, "model")], tokens=10)
     assert rounds_speedup(model) == pytest.approx(10 / 8.6)
+    # a one-token draft counts too: 2 tokens for 60 ms, 0.8 plain rounds saved
+    one = run("lookup", [PLAIN_ROUND] * 5 + [(1, 1, 1, 0.0, 0.06, "lookup")], tokens=7)
+    assert rounds_speedup(one) == pytest.approx(7 / 6.2)
     # the median plain round prices: one slow plain round does not make drafting look cheap
     slow = run("lookup", [PLAIN_ROUND] * 5 + [(0, 0, 0, 0.0, 0.5, "none")] + [(1, 1, 1, 0.0, 0.1, "lookup")], tokens=8)
     assert rounds_speedup(slow) == pytest.approx(1.0)
@@ -55,6 +58,17 @@ def test_runs_without_a_price_are_left_out():
     assert rounds_speedup(run("lookup", [PLAIN_ROUND] * 5, tokens=0)) is None
     assert rounds_speedup(run("lookup", [(0, 0, 0, 0.0, 0.0, "none")] * 5, tokens=5)) is None
     assert rounds_speedup(run("plain", [PLAIN_ROUND] * 5, tokens=5)) == 1.0
+    # a rejected draft is not a plain round: four plain rounds are too few to price it
+    assert rounds_speedup(run("lookup", [PLAIN_ROUND] * 4 + [(3, 3, 0, 0.0, 0.05, "lookup")], tokens=5)) is None
+    assert rounds_speedup(run("lookup", [PLAIN_ROUND] * 5 + [(3, 3, 0, 0.0, 0.14, "lookup")], tokens=0)) is None
+
+
+def test_a_hand_edited_run_whose_rounds_claim_more_than_its_tokens_has_no_price():
+    plain = [PLAIN_ROUND] * 5
+    assert rounds_speedup(run("lookup", plain + [(3, 3, 3, 0.0, 0.0, "lookup")], tokens=4)) is None  # spent 0
+    assert rounds_speedup(run("lookup", plain + [(3, 3, 3, 0.0, 0.0, "lookup")], tokens=2)) is None  # spent -2
+    # spent 0.5 plain rounds on 4 tokens: odd, but a number
+    assert rounds_speedup(run("lookup", plain + [(3, 3, 3, 0.0, 0.025, "lookup")], tokens=4)) == pytest.approx(8.0)
 
 
 def test_by_category_takes_each_variants_median_and_leaves_plain_decoding_out():
