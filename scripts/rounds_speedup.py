@@ -1,6 +1,7 @@
 """Per category and variant of `engine bench` reports: the rounds' speedup priced in each run's own plain rounds
-(engine.frontends.bench_rounds; the median / the geometric mean of the runs (how many)), a measure of the drafting decisions that the machine's drift between runs does not
-move. Several reports of the same bench are pooled first (scripts/pool_bench.py).
+(engine.frontends.bench_rounds), a measure of the drafting decisions that the machine's drift between runs does not
+move; each cell is the median / the geometric mean of the runs (how many). Several reports of the same bench are
+pooled first (scripts/pool_bench.py).
 
     python scripts/rounds_speedup.py RUN/report.json [RUN2/report.json ...]
 """
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---|" * len(variants))
     for category in sorted(c for c in table if c != "all") + (["all"] if "all" in table else []):
         cells = [table[category].get(v) for v in variants]
-        print(f"| {category} | " + " | ".join("-" if c is None else f"{c[0]:.3f}x / {c[1]:.3f}x ({c[2]})" for c in cells) + " |")
+        text = ["-" if c is None else f"{c[0]:.3f}x / {c[1]:.3f}x ({c[2]})" for c in cells]
+        print(f"| {category} | " + " | ".join(text) + " |")
     return 0
 
 

@@ -415,8 +415,9 @@ class AutoK(DraftPolicy):
         if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
             return 0  # even a perfect drafter could not win here
         # A first look at a model drafter reads its backlog (the whole prompt): at once only when that costs at most
-        # a plain round. A free draft is judged unverified every round anyway (observe: aside), so its first verified
-        # look earns its budget too: taken at once, one failed lookup cost a 15-token reply 5% (wide set, EPYC).
+        # a plain round. A free draft is judged unverified every round anyway (observe: aside), so where it is probed at
+        # all (not cautious) its first verified look earns its budget too: taken at once, one failed lookup cost a
+        # 15-token reply 5% (wide set, EPYC costs, before cautious machines stopped probing free kinds).
         first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else 0.0
         if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost, remaining), first_look=first_look):
             self._probing.add(key)

@@ -13,7 +13,6 @@ own time); the bench's tokens/s counts those. A run with fewer than MIN_PLAIN pl
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 
@@ -50,6 +49,6 @@ def by_category(results: Sequence[RunResult]) -> dict[str, dict[str, tuple[float
                 cells.setdefault((category, run.variant), []).append(value)
     out: dict[str, dict[str, tuple[float, float, int]]] = {}
     for (category, variant), values in cells.items():
-        geomean = math.exp(statistics.fmean(math.log(v) for v in values))
-        out.setdefault(category, {})[variant] = (statistics.median(values), geomean, len(values))
+        out.setdefault(category, {})[variant] = (statistics.median(values), statistics.geometric_mean(values),
+                                                 len(values))
     return out
