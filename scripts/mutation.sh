@@ -40,7 +40,7 @@ if [ ${#tests[@]} -eq 0 ]; then
                 tests+=(tests/engine/decoding/test_mutation_kills_loop.py tests/engine/decoding/test_exactness_greedy.py tests/engine/decoding/test_loop_edges.py tests/engine/decoding/test_speculative_loop.py tests/engine/decoding/test_sampling_exactness.py) ;;
             engine/drafting/base.py)
                 tests+=(tests/engine/drafting/test_mutation_kills_drafters.py tests/engine/decoding/test_exactness_greedy.py tests/engine/decoding/test_loop_edges.py tests/engine/decoding/test_speculative_loop.py tests/engine/drafting/test_history_index.py tests/engine/decoding/test_sampling_exactness.py) ;;
-            engine/drafting/policy.py) tests+=(tests/engine/drafting/test_policy_units.py tests/engine/drafting/test_policy.py tests/engine/drafting/test_replay.py) ;;
+            engine/drafting/policy.py|engine/drafting/acceptance.py) tests+=(tests/engine/drafting/test_policy_units.py tests/engine/drafting/test_policy.py tests/engine/drafting/test_replay.py) ;;
             engine/decoding/verdict.py) tests+=(tests/engine/decoding/test_verdict.py tests/engine/decoding/test_control_rounds.py) ;;
             *) echo "no default tests for $f: name them after --" >&2; exit 2 ;;
         esac

@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Sequence
 
+from engine.drafting.acceptance import PRIORS, Acceptance
 from engine.drafting.costs import CostModel, RoundOutcome
 from engine.drafting.draft_choice import AUTO_TEXT, DraftKind, DraftLength
 from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest
@@ -81,26 +81,11 @@ BACKLOG_ALLOWANCE = 0.02
 REPLY_HORIZON = 256
 #: Margin a draft must win by over plain decoding.
 MARGIN = 1.02
-#: Prior acceptance of a kind of draft, as a Beta (mean, worth this many judgements): a model
-#: drafter of the target's family usually agrees, a lookup is a guess. The weight fades as the
-#: kind's own rounds pass (halved after POOLED_ROUNDS), down to PRIOR_FLOOR.
-#: A Gemma 4 assistant keeps about half of its drafts (llama.cpp's draft-mtp on the same pair), fewer than a
-#: family model drafter.
-PRIORS = {DraftKind.MODEL: (0.8, 5.0), DraftKind.MTP: (0.6, 5.0), DraftKind.LOOKUP: (0.5, 2.0),
-          DraftKind.HISTORY: (0.5, 2.0)}
-PRIOR_FLOOR = 2.0
-#: Rounds whose judgements the pooled estimate keeps; rounds a position's own judgements are kept.
-POOLED_ROUNDS, OWN_ROUNDS = 16, 32
-#: How many judgements the pooled estimate is worth against a position's own.
-OWN_WEIGHT = 8.0
 #: Where verifying k_max + 1 tokens costs more than CAUTIOUS single steps (CPUs; not GPUs) a wholly rejected long
 #: draft costs many plain rounds, so Auto is cautious: a fresh key starts as sure as up to PARENT_WEIGHT of its
-#: parent's judgements, and a draft is at most REACH_GROWTH x its key's longest kept run of the last OWN_ROUNDS
-#: rounds + REACH_STEP (REACH_START before any): 4, 11, 16 over rounds that kept everything
-#: (test_a_document_the_reply_stops_quoting_costs_next_to_nothing).
+#: parent's judgements, and a draft is at most its key's reach (acceptance.REACH_GROWTH).
 CAUTIOUS = 3.0
 PARENT_WEIGHT = 16.0
-REACH_GROWTH, REACH_STEP, REACH_START = 2, 3, 4
 
 
 def expected_remaining(remaining: int | None, so_far: int) -> int:
@@ -184,97 +169,6 @@ class FixedK(DraftPolicy):
         return self.k > 0
 
 
-class Acceptance:
-    """Acceptance by draft position for one kind of draft: a_j = P(token j kept | all before kept)."""
-
-    def __init__(self, k_max: int, prior: tuple[float, float] = PRIORS[DraftKind.MODEL],
-                 parent: "Acceptance | None" = None, inherit: float = 0.0) -> None:
-        self.prior = prior
-        self.inherit = inherit
-        """Judgements of the parent's a fresh key is worth at most (0: only the parent's mean, at the prior's weight)."""
-        # Lookup drafts are learned per match length (and confidence), which would make every key
-        # start from scratch: each starts from what the coarser key did instead (its parent).
-        self.parent = parent
-        self.rounds = 0
-        self.at: list[deque[tuple[int, int]]] = [deque() for _ in range(k_max)]
-        """Per position: (round, 1 kept / 0 rejected) of the last OWN_ROUNDS rounds."""
-        self.pooled: deque[int] = deque()
-        """Every judgement of the last POOLED_ROUNDS rounds, oldest first."""
-        self._judged: deque[int] = deque()  # judgements per round, to drop a whole round from `pooled`
-        self._runs: deque[tuple[int, int]] = deque()  # (round, tokens accepted) of the last OWN_ROUNDS rounds
-        # Running sums of the windows: Auto decides every round, for every k.
-        self._kept_at = [0] * k_max
-        self._kept = 0
-
-    def beta(self) -> tuple[float, float]:
-        """The pooled posterior: the prior (or the parent's mean) plus recent judgements."""
-        mean, weight = self.prior
-        # The prior stands in for a fresh drafter; in a steady window it would only bias.
-        weight = max(PRIOR_FLOOR, weight * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
-        if self.parent is not None:
-            pa, pb = self.parent.beta()
-            mean = pa / (pa + pb)
-            # A fresh key is as sure as its parent (up to `inherit` judgements), not as unsure as a prior.
-            weight = max(weight, min(pa + pb, self.inherit) * POOLED_ROUNDS / (POOLED_ROUNDS + self.rounds))
-        return mean * weight + self._kept, (1 - mean) * weight + len(self.pooled) - self._kept
-
-    def mean(self) -> float:
-        a, b = self.beta()
-        return a / (a + b)
-
-    def values(self, k: int) -> list[float]:
-        """a_0 .. a_{k-1}. With the acceptance p only known as Beta(a, b), j tokens kept in a row
-        make the next one likelier: a_j = (a + j) / (a + b + j). So while the estimate is uncertain
-        longer drafts are worth more, and they are what teaches about later positions. A position
-        with judgements of its own moves towards them."""
-        a, b = self.beta()
-        out = []
-        for j in range(k):
-            curve = (a + j) / (a + b + j)
-            out.append((self._kept_at[j] + OWN_WEIGHT * curve) / (len(self.at[j]) + OWN_WEIGHT))
-        return out
-
-    def value(self, j: int) -> float:
-        return self.values(j + 1)[j]
-
-    def reach(self) -> int:
-        """The longest draft worth verifying of this kind now (REACH_GROWTH): from its own recent runs,
-        else from its parent's, else REACH_START."""
-        if self._runs:
-            return REACH_GROWTH * max(a for _, a in self._runs) + REACH_STEP
-        return self.parent.reach() if self.parent is not None else REACH_START
-
-    def expected_tokens(self, k: int, perfect: bool = False) -> float:
-        total, run = 1.0, 1.0
-        for a in [1.0] * k if perfect else self.values(k):
-            run *= a
-            total += run
-        return total
-
-    def observe(self, verified: int, accepted: int) -> None:
-        if self.parent is not None:
-            self.parent.observe(verified, accepted)
-        self.rounds += 1
-        # Position j is judged only when all before it were accepted.
-        judged = min(verified, accepted + 1, len(self.at))
-        for j in range(judged):
-            ok = 1 if j < accepted else 0
-            self.at[j].append((self.rounds, ok))
-            self._kept_at[j] += ok
-            self.pooled.append(ok)
-            self._kept += ok
-        self._judged.append(judged)
-        self._runs.append((self.rounds, accepted))
-        while self._runs[0][0] <= self.rounds - OWN_ROUNDS:
-            self._runs.popleft()
-        if len(self._judged) > POOLED_ROUNDS:
-            for _ in range(self._judged.popleft()):
-                self._kept -= self.pooled.popleft()
-        for j, seen in enumerate(self.at):
-            while seen and seen[0][0] <= self.rounds - OWN_ROUNDS:
-                self._kept_at[j] -= seen.popleft()[1]
-
-
 class _Probe:
     """While drafting of one kind is off: when to try it again."""
 
@@ -321,40 +215,47 @@ class AutoK(DraftPolicy):
         return self.tables[key]
 
     # -- the model -----------------------------------------------------------
-    def round_cost(self, k: int, with_draft_cost: bool) -> float | None:
-        v = self.costs.verify_cost(k + 1)
-        if not v:
-            return None
-        return v + self.costs.round_overhead(k) + (self.costs.draft_cost(k) if with_draft_cost else 0.0)
-
-    def rates(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> list[float]:
+    def rates(self, key: DraftKey, limit: int, with_draft_cost: bool) -> list[float]:
         """Expected tokens per second for k = 0 .. limit (0 where nothing is measured)."""
         n = max(0, min(limit, self.k_max))
-        acc = [1.0] * n if perfect else self.table(key).values(n)
+        acc = self.table(key).values(n)
         out, tokens, run = [], 1.0, 1.0
         for k in range(n + 1):
             if k:
                 run *= acc[k - 1]
                 tokens += run
-            cost = self.round_cost(k, with_draft_cost)
+            cost = self.costs.round_cost(k, with_draft_cost)
             out.append(tokens / cost if cost else 0.0)
         return out
 
     def rate(self, key: DraftKey, k: int, with_draft_cost: bool, perfect: bool = False) -> float:
-        cost = self.round_cost(k, with_draft_cost)
+        cost = self.costs.round_cost(k, with_draft_cost)
         return self.table(key).expected_tokens(k, perfect) / cost if cost else 0.0
 
-    def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool, perfect: bool = False) -> int:
+    def best_k(self, key: DraftKey, limit: int, with_draft_cost: bool) -> int:
         """The fastest k, or 0 unless it beats plain decoding by the margin."""
-        rates = self.rates(key, limit, with_draft_cost, perfect)
+        rates = self.rates(key, limit, with_draft_cost)
         best = max(range(len(rates)), key=lambda k: (rates[k], -k))  # a tie goes to the shorter draft
         return best if best and rates[best] > rates[0] * MARGIN else 0
+
+    def perfect_wins(self, limit: int, with_draft_cost: bool) -> bool:
+        """Whether a drafter that is never wrong beats plain decoding by the margin at some k <= limit: as best_k
+        would find for it, but done at the first k that does (the fastest k beats the margin if any k does),
+        so a CPU prices two or three lengths a round where the model drafter is off, not all seventeen."""
+        plain = self.costs.round_cost(0, with_draft_cost)
+        bar = (1.0 / plain if plain else 0.0) * MARGIN
+        for k in range(1, max(0, min(limit, self.k_max)) + 1):
+            cost = self.costs.round_cost(k, with_draft_cost)
+            rate = (k + 1.0) / cost if cost else 0.0  # a perfect draft of k emits k + 1 tokens
+            if rate > bar:
+                return True
+        return False
 
     def _probe_net_cost(self, key: DraftKey, k: int, behind: int, with_draft_cost: bool,
                         remaining: int | None = None) -> float:
         """What a probe of k tokens costs over a plain round, less what it is expected to save."""
-        plain = self.round_cost(0, with_draft_cost) or 0.0
-        cost = (self.round_cost(k, with_draft_cost) or 0.0) - plain
+        plain = self.costs.round_cost(0, with_draft_cost) or 0.0
+        cost = (self.costs.round_cost(k, with_draft_cost) or 0.0) - plain
         if with_draft_cost and behind > 1:
             cost += self._backlog_price(behind - 1, remaining)
         gain = (self.table(key).expected_tokens(k) - 1.0) * plain
@@ -369,7 +270,7 @@ class AutoK(DraftPolicy):
         decoding (a Xeon with AMX)."""
         horizon = REPLY_HORIZON if remaining is None else min(max(0, remaining), REPLY_HORIZON)
         covered = min(n, horizon)
-        allowance = BACKLOG_ALLOWANCE * covered * (self.round_cost(0, True) or 0.0)
+        allowance = BACKLOG_ALLOWANCE * covered * (self.costs.round_cost(0, True) or 0.0)
         return max(0.0, self.costs.catchup_cost(n) - allowance)
 
     def _repays_backlog(self, key: DraftKey, k: int, behind: int, remaining: int | None, times: float = 1.0) -> bool:
@@ -412,13 +313,13 @@ class AutoK(DraftPolicy):
         if not with_draft_cost and self.cautious():
             return 0  # judged aside for free (observe), as a probe would be; a rejected probe costs here (docstring)
         probe_k = min(limit, PROBE_K)
-        if self.best_k(key, limit, with_draft_cost, perfect=True) == 0:
+        if not self.perfect_wins(limit, with_draft_cost):
             return 0  # even a perfect drafter could not win here
         # A first look at a model drafter reads its backlog (the whole prompt): at once only when that costs at most
         # a plain round. A free draft is judged unverified every round anyway (observe: aside), so where it is probed at
         # all (not cautious) its first verified look earns its budget too: taken at once, one failed lookup cost a
         # 15-token reply 5% (wide set, EPYC costs, before cautious machines stopped probing free kinds).
-        first_look = (self.round_cost(0, True) or 0.0) if with_draft_cost else 0.0
+        first_look = (self.costs.round_cost(0, True) or 0.0) if with_draft_cost else 0.0
         if probe.due(self._probe_net_cost(key, probe_k, behind, with_draft_cost, remaining), first_look=first_look):
             self._probing.add(key)
             return probe_k
@@ -430,6 +331,10 @@ class AutoK(DraftPolicy):
         return False  # the first round decides whether reading it pays, and prices it (_repays_backlog)
 
     def request(self, limit: int, behind: int = 0, remaining: int | None = None, judgeable: int = 0) -> DraftRequest:
+        with self.costs.held():
+            return self._request(limit, behind, remaining, judgeable)
+
+    def _request(self, limit: int, behind: int, remaining: int | None, judgeable: int) -> DraftRequest:
         if behind - 1 > judgeable:  # the prompt is unread: judgeable is the whole reply so far
             remaining = expected_remaining(remaining, judgeable)
         model_k = (self._decide(self.model_key, limit, with_draft_cost=True, behind=behind, remaining=remaining)
@@ -468,7 +373,8 @@ class AutoK(DraftPolicy):
     def prune(self, key: DraftKey, proposed: int) -> int:
         if key.kind.runs_model:
             return proposed  # k was already chosen for it, drafting cost included
-        return self._decide(key, proposed, with_draft_cost=False)
+        with self.costs.held():
+            return self._decide(key, proposed, with_draft_cost=False)
 
     def observe(self, o: RoundOutcome) -> None:
         self.rounds_seen += 1

@@ -15,7 +15,8 @@ from engine.assistant_fit import is_assistant, misfit, target_heads
 from engine.decoding.events import DoneEvent, RoundEvent, TokenEvent, TokenSource
 from engine.decoding.session import GenerationSettings, Session
 from engine.drafting.draft_choice import DraftKind
-from engine.drafting.policy import PRIORS, AutoK
+from engine.drafting.acceptance import PRIORS
+from engine.drafting.policy import AutoK
 from engine.drafting.costs import CostModel, RoundOutcome
 from engine.drafting.request import MODEL_KEY, MTP_KEY
 from engine.errors import EngineError

@@ -5,10 +5,13 @@ import math
 from collections import deque
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.drafting.draft_choice import DraftKind
 from engine.drafting.draft_choice import DraftLength
-from engine.drafting.policy import _Probe, PROBE_BUDGET, REPLY_HORIZON, Acceptance, AutoK, FixedK, NoDraft, make_policy
+from engine.drafting.acceptance import Acceptance
+from engine.drafting.policy import _Probe, PROBE_BUDGET, REPLY_HORIZON, AutoK, FixedK, NoDraft, make_policy
 from engine.drafting.request import MODEL_KEY, DraftKey, DraftRequest, lookup_key
 from engine.drafting.costs import BlockCost, CostModel, Ewma, QuietDrafter, RoundOutcome, pair_class
 from engine.drafting.costs import DepthLine
@@ -434,8 +437,8 @@ def test_rates_of_seconds_long_rounds_and_unpriced_rounds():
     c = priced({1: 0.1, 3: 0.2}, draft=0.05, plain_overhead=0.01)
     c.overhead_per_draft_token.add(0.002)
     auto = AutoK(c)
-    assert auto.round_cost(2, with_draft_cost=True) == pytest.approx(0.2 + 0.01 + 2 * 0.002 + 2 * 0.05)
-    assert auto.round_cost(2, with_draft_cost=False) == pytest.approx(0.2 + 0.01 + 2 * 0.002)
+    assert auto.costs.round_cost(2, with_draft_cost=True) == pytest.approx(0.2 + 0.01 + 2 * 0.002 + 2 * 0.05)
+    assert auto.costs.round_cost(2, with_draft_cost=False) == pytest.approx(0.2 + 0.01 + 2 * 0.002)
     assert c.plain_token_cost() == pytest.approx(0.1 + 0.01)  # a plain round pays no per-draft-token overhead
 
 
@@ -867,3 +870,62 @@ def test_a_free_kind_is_probed_only_where_a_rejected_probe_costs_little():
     dear_two = AutoK(priced({1: 0.1, 2: 0.16, 4: 0.2, 8: 0.24, 16: 0.28}))
     assert not dear_two.cautious() and dear_two.prune(DraftKey(DraftKind.LOOKUP, 2), 1) == 0
     assert dear_two.probes[DraftKind.LOOKUP].idle_s == 0.0  # earning the budget from now on
+
+
+def test_a_perfect_drafter_wins_from_the_first_length_that_beats_plain_by_the_margin():
+    # Worked by hand: a plain round 0.1 s (10 tokens/s, so the bar is 10.2), a drafter step 0.05 s. A perfect
+    # draft of 1: 2 / (0.16 + 0.05) = 9.5 tokens/s; of 2: 3 / (0.2 + 0.1) = 10.0; of 3: 4 / (0.22 + 0.15) = 10.8.
+    c = priced({1: 0.1, 2: 0.16, 3: 0.2, 4: 0.22}, draft=0.05)
+    auto = AutoK(c, k_max=3)
+    assert [auto.perfect_wins(limit, True) for limit in range(5)] == [False, False, False, True, True]
+    assert not AutoK(c, k_max=2).perfect_wins(16, True)  # k_max caps the lengths tried
+    assert auto.perfect_wins(1, False)  # a free draft of 1: 2 / 0.16 = 12.5 tokens/s
+    assert not AutoK(CostModel()).perfect_wins(16, True)  # nothing measured: nothing wins
+
+
+class CountingCosts(CostModel):
+    """A cost model that notes each V(n) it works out (the collaborator counted, not the thing tested)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worked_out: list[int] = []
+
+    def shape_cost(self, n: int, depth: int | None = None) -> float | None:
+        self.worked_out.append(n)
+        return super().shape_cost(n, depth)
+
+
+def test_one_decision_works_each_price_out_once_and_the_next_round_prices_afresh():
+    c = CountingCosts()
+    for n, v in {1: 0.1, 2: 0.18, 4: 0.3, 8: 0.5, 17: 0.9}.items():
+        c.add_verify(n, v)
+    c.draft_per_token.add(0.03)
+    auto = AutoK(c)
+    auto.tables[MODEL_KEY] = Fixed([0.3] * 16)  # drafting does not pay; a perfect drafter would
+    c.worked_out.clear()
+    assert auto.request(16, behind=2).model_k == 0
+    assert len(c.worked_out) == len(set(c.worked_out))  # no length priced twice in one decision
+    # By hand: V(1) and V(17) say whether Auto is cautious (0.9 > 3 x 0.1: yes); a fresh key reaches 4 tokens,
+    # not 5 (V(6) = 0.4 > 2 x V(1)); a draft of 1-4 is priced (V(2)-V(5)). A perfect drafter: the bar is
+    # 1.02 / 0.1 = 10.2 tokens/s; 2 / (0.18 + 0.03) = 9.5, 3 / (0.24 + 0.06) = 10.0, 4 / (0.3 + 0.09) = 10.3
+    # wins, so the lengths past it (V(7)-V(16)) are never worked out.
+    assert set(c.worked_out) == {1, 2, 3, 4, 5, 6, 17}
+    with c.held():
+        before = c.verify_cost(2)
+        with c.held():  # a decision inside another keeps the outer one's memory
+            assert c.verify_cost(2) == before
+        assert c.worked_out.count(2) == 2  # once in the request above, once here
+    c.record(outcome(verify_s=0.2))  # the machine is slower now: V(1) measured 2x the shape
+    assert c.verify_cost(2) > before  # priced afresh, not from the last decision's memory
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.01, 1.0), min_size=2, max_size=9), st.floats(0.001, 0.2), st.integers(0, 10), st.booleans())
+def test_a_perfect_drafter_wins_exactly_where_some_length_beats_plain_by_the_margin(verify, draft, limit, paid):
+    """Against the definition, worked in the test over any measured shape (rising or not): some k of 1 .. limit
+    (at most k_max) emits k + 1 tokens in V(k + 1) + k x D seconds faster than 1.02 x a plain round's rate."""
+    c = priced(dict(enumerate(verify, start=1)), draft=draft)
+    k_max = len(verify) - 1
+    step = draft if paid else 0.0
+    wins = any((k + 1) / (verify[k] + k * step) > 1.02 / verify[0] for k in range(1, min(limit, k_max) + 1))
+    assert AutoK(c, k_max=k_max).perfect_wins(limit, paid) == wins
