@@ -733,6 +733,8 @@ def test_a_pair_is_learned_whichever_round_comes_first_and_only_the_latest_seven
         c.record(outcome(verify_s=0.1))
     assert len(c.pairs[(0, 1)]) == 7 and c.correction(2) == pytest.approx(0.5)
     assert 0.8 not in [round(x, 6) for x in c.pairs[(0, 1)]]
+    # Auto prices a 2-token block at twice the shape; a plain round is what the pairs are measured against
+    assert c.verify_cost(2) == pytest.approx(2 * c.shape_cost(2)) and c.verify_cost(1) == c.shape_cost(1)
 
 
 def test_pairs_are_learned_per_reply_and_only_from_rounds_that_had_the_cpu():
@@ -881,6 +883,10 @@ def test_a_perfect_drafter_wins_from_the_first_length_that_beats_plain_by_the_ma
     assert not AutoK(c, k_max=2).perfect_wins(16, True)  # k_max caps the lengths tried
     assert auto.perfect_wins(1, False)  # a free draft of 1: 2 / 0.16 = 12.5 tokens/s
     assert not AutoK(CostModel()).perfect_wins(16, True)  # nothing measured: nothing wins
+    # A plain round timed at zero (a clock that did not move) prices nothing: any priced draft is faster,
+    # even one of 2 tokens in 3 s
+    zero = priced({1: 0.0, 2: 3.0}, draft=0.05)
+    assert zero.round_cost(0, True) is None and AutoK(zero, k_max=1).perfect_wins(1, True)
 
 
 class CountingCosts(CostModel):
