@@ -235,8 +235,8 @@ class CostModel:
         self.quiet_rounds = 0
         """Rounds whose target pass ran undisturbed: they settle a provisional calibration (calibration.SETTLED_ROUNDS)."""
         self.quiet_draft_rounds = 0
-        self._held: dict[object, float | None] | None = None  # prices memoised while held()
         """Rounds whose model drafter's passes ran undisturbed: the same for the drafter's."""
+        self._held: dict[object, float | None] | None = None  # prices memoised while held()
 
     def add_verify(self, n: int, seconds: float) -> None:
         """A calibration point of the shape, at the current speed."""
