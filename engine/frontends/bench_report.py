@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.decoding.session import Session
 from engine.drafting.draft_choice import DraftSpec
+from engine.frontends import bench_paired
 from engine.frontends.bench import CONTROL, PLAIN, TIE_LOGITS, BenchPrompt, RunResult
 
 
@@ -91,7 +92,8 @@ def summarise(results: Sequence[RunResult]) -> dict:
                 "auto_vs_best_fixed": _median(vs_best),
                 "greedy_equal": None if v == PLAIN or rs[0].family == "llama.cpp" else _equality(rs),
             }
-    return {"categories": categories, "variants": variants, "table": table, "verdict": _verdict_summary(results, plain)}
+    return {"categories": categories, "variants": variants, "table": table, "verdict": _verdict_summary(results, plain),
+            "head_to_head": bench_paired.head_to_head(results, categories)}
 
 
 def _first_token_delays(rs: Sequence[RunResult], plain: dict) -> list[float]:
@@ -179,6 +181,8 @@ def markdown(summary: dict, meta: dict) -> str:
         for name, v in verdict.items():
             lines.append(f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} "
                          f"| {v['within_10']:.0%} | {v['within_25']:.0%} |")
+    if pairs := bench_paired.markdown(summary.get("head_to_head") or {}, summary["categories"]):
+        lines += ["", *pairs]
     native = meta.get("native")
     if native:
         lines += ["", f"llama.cpp's own `llama-bench` on the same model, threads and repacking ({native['command']}): "
@@ -234,6 +238,8 @@ def docs_markdown(summary: dict, meta: dict) -> str:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {name} | {v['runs']} | {v['median_error']:.1%} | {v['worst_error']:.1%} | {v['within_10']:.0%} "
                   f"| {v['within_25']:.0%} |" for name, v in summary["verdict"].items()]
+    if pairs := bench_paired.markdown(summary.get("head_to_head") or {}, summary["categories"]):
+        lines += ["", *pairs]
     return "\n".join(lines) + "\n"
 
 
