@@ -88,8 +88,12 @@ def test_no_default_mode_or_nothing_to_compare_it_with_no_table():
 
 
 def test_the_default_mode_is_lookup_then_the_model_under_auto_wherever_it_ran():
-    results = [run("a", LOOKUP, 0, 12.0), run("a", PLAIN, 0, 10.0), run("a", DEFAULT, 0, 11.0)]
-    assert head_to_head(results, ["translation"])["default"] == DEFAULT
+    served = run("a", "lookup+D k=auto (served)", 0, 9.0)
+    served.family = "lookup+D (served)"  # the same mode through the local server: compared with, not the default
+    results = [run("a", LOOKUP, 0, 12.0), served, run("a", PLAIN, 0, 10.0), run("a", DEFAULT, 0, 11.0)]
+    h2h = head_to_head(results, ["translation"])
+    assert h2h["default"] == DEFAULT
+    assert set(h2h["pairs"]) == {"lookup+D k=auto (served)", LOOKUP}
 
 
 @settings(max_examples=60, deadline=None)
