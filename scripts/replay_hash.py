@@ -23,10 +23,10 @@ DRAFTERS = ("lookup+model", "model", "lookup")
 
 def decisions_hash(paths: list[Path]) -> tuple[int, str]:
     """(replies simulated, the sha256 of their rounds) over `paths`, every profile and every drafter."""
-    digest, n = hashlib.sha256(), 0
+    digest, n, costs = hashlib.sha256(), 0, profiles()
     for path in paths:
         _, traces = load_traces(path)
-        for pname, profile in profiles().items():
+        for pname, profile in costs.items():
             for trace in traces:
                 for drafter in DRAFTERS:
                     r = simulate(trace, profile, auto_policy(drafter), drafter, control=True)

@@ -26,6 +26,8 @@ PLAIN = "plain"
 #: how far two measurements of the very same work differ here (the verdict cannot be judged finer).
 CONTROL = "plain (control)"
 HISTORY = "history"
+#: What a variant timed through the local server adds to its name and family (engine.frontends.bench_served).
+SERVED = " (served)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class Variant:
     def family(self) -> str:
         """Which drafter: Auto is compared with the fixed draft lengths of the same drafter (not served ones)."""
         base = HISTORY if self.history else self.draft.label
-        return f"{base} (served)" if self.served else base
+        return f"{base}{SERVED}" if self.served else base
 
     @property
     def fixed(self) -> bool:

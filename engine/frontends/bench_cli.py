@@ -62,7 +62,7 @@ def register(sub) -> None:
 
 def cmd_bench(args) -> int:
     from engine.drafting.draft_choice import DraftSpec
-    from engine.frontends.bench import Variant, load_prompts, parse_variants, run_bench
+    from engine.frontends.bench import SERVED, Variant, load_prompts, parse_variants, run_bench
     from engine.frontends.bench_report import meta_for, record_traces, write_report
     from engine.errors import EngineError
     from engine.decoding.session import Session
@@ -77,7 +77,7 @@ def cmd_bench(args) -> int:
         from dataclasses import replace
 
         base = variants[0] if variants else Variant("plain", DraftSpec.NONE, DraftLength.fixed(0))
-        variants.append(replace(base, name=f"{base.name} (served)", served=True))
+        variants.append(replace(base, name=f"{base.name}{SERVED}", served=True))
     prompts = load_prompts(args.prompts)
     if args.categories:
         wanted = {c.strip() for c in args.categories.split(",")}

@@ -13,14 +13,12 @@ import random
 import statistics
 from collections.abc import Sequence
 
-from engine.frontends.bench import CONTROL, PLAIN, RunResult
+from engine.frontends.bench import CONTROL, PLAIN, SERVED, RunResult
 
 #: Resamples of the prompts for each interval: at 2,000 the bounds moved by up to 0.16% between seeds (six repeats).
 RESAMPLES = 2000
 #: Fixed, so that one report always prints the same interval.
 SEED = 20261206
-#: How a variant timed through the local server marks its family (engine.frontends.bench.Variant.family).
-SERVED = " (served)"
 #: The interval's share: the 2.5th to the 97.5th percentile of the resampled medians.
 LEVEL = 0.95
 
